@@ -4,9 +4,9 @@ Three measurements:
 
 (a) stability -- one candidate evaluated N times (default 5), each a fresh evaluator call with fresh seeds;
     spread = max/min - 1 of the reported median runtimes (target <= 1 %).
-(b) throughput -- evaluations per minute per GPU on L1-size problems: every (problem, seed kernel) pair of the
-    problem directory, evaluated in a batch with ``evaluate_many`` after one warm pass that fills the
-    reference cache (target >= 60 per minute per GPU).
+(b) throughput -- evaluations per minute per GPU on L1-size problems: an evolution's workload (each problem's
+    seed and single edits of it, every kernel compiled afresh) evaluated concurrently, after one warm pass
+    that fills the reference cache (target >= 60 per minute per GPU).
 (c) references -- ksmith's eager and torch.compile medians for every problem beside plain
     ``triton.testing.do_bench`` of the same eager reference.
 
@@ -79,55 +79,125 @@ def stability(problem_path: Path, candidate_path: Path, options: Any, repeats: i
     return {"problem": str(problem_path), "candidate": str(candidate_path), "runs": runs, "spread": spread}
 
 
-def throughput(pairs: list[tuple[Any, Any]], options: Any, workers: int, gpus: int) -> dict[str, Any]:
+THROUGHPUT_PROBLEMS = (
+    "relu",
+    "gelu_tanh",
+    "add_mul",
+    "softmax",
+    "log_softmax",
+    "layernorm",
+    "rmsnorm",
+    "sum_reduction",
+    "cross_entropy",
+    "l2_norm",
+)
+
+
+def variants_of(seed: Any, count: int) -> list[Any]:
+    """The seed and up to ``count - 1`` single edits of it by the mutate proposer: an evolution's workload,
+    every one a different kernel that Triton must compile."""
+    from ksmith_core.model import Candidate
+    from ksmith_mutate.edits import possible_edits
+
+    found, seen = [seed], {seed.source}
+    for edit in possible_edits(seed.source):
+        if len(found) >= count:
+            break
+        try:
+            source = edit.source
+        except Exception:  # noqa: BLE001 - an edit that does not render is skipped, as the proposer does
+            continue
+        if source not in seen:
+            seen.add(source)
+            found.append(Candidate.from_source(source, edit=repr(edit), edit_kind=edit.kind))
+    return found
+
+
+def throughput(
+    pairs: list[tuple[Any, Any]], options: Any, workers: int, gpus: int, variants: int
+) -> dict[str, Any]:
     """Evaluations per minute once reference timings are cached, with every candidate kernel compiled afresh.
 
-    A warm pass fills ksmith's reference cache (eager and torch.compile timings: once per problem). The measured
-    pass then points Triton at an empty kernel cache, as for the new candidates of an evolution run (only the
-    driver's launcher stub, shared by all kernels, is built first by one unmeasured evaluation).
+    The workload is what an evolution run sends: for each problem, its seed and ``variants - 1`` single edits
+    of it, interleaved across problems. A warm pass evaluates each seed once (it fills ksmith's reference cache:
+    eager and torch.compile timings, once per problem and GPU, and starts the reference processes). The
+    measured pass then points Triton at an empty kernel cache, so every kernel compiles as a new one would.
     """
     from concurrent.futures import ThreadPoolExecutor
 
     from ksmith_core.loading import load_candidate, load_problem
     from ksmith_triton.evaluator import evaluate
 
-    def judge(pair):
-        return evaluate(pair[0], pair[1], options)
+    clock = time.monotonic()
 
+    def judge(pair):
+        verdict = evaluate(pair[0], pair[1], options)
+        print(
+            f"  [{time.monotonic() - clock:6.1f} s] {pair[0].name}: {verdict.status.value} in "
+            f"{verdict.eval_seconds:.1f} s {dict(verdict.details.get('phases', {}))} "
+            f"{dict(verdict.details.get('worker_steps', {}))}",
+            file=sys.stderr,
+            flush=True,
+        )
+        return verdict
+
+    work = []
+    per_problem = [[(problem, c) for c in variants_of(seed, variants)] for problem, seed in pairs]
+    for index in range(max((len(v) for v in per_problem), default=0)):
+        work.extend(v[index] for v in per_problem if index < len(v))
     with ThreadPoolExecutor(max_workers=workers) as pool:
         started = time.monotonic()
-        list(pool.map(judge, pairs))
-        cold_seconds = time.monotonic() - started
+        warm = list(pool.map(judge, pairs))
+        warm_seconds = time.monotonic() - started
         os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="ksmith-bench-triton-")
         judge((load_problem(CASES / "scale_add.py"), load_candidate(CASES / "scale_add_ok.py")))
         started = time.monotonic()
-        verdicts = list(pool.map(judge, pairs))
+        verdicts = list(pool.map(judge, work))
         seconds = time.monotonic() - started
     statuses: dict[str, int] = {}
     for verdict in verdicts:
         statuses[verdict.status.value] = statuses.get(verdict.status.value, 0) + 1
+    phase_names = sorted({name for v in verdicts for name in v.details.get("phases", {})})
+    phases = {
+        name: statistics.median(
+            v.details["phases"][name] for v in verdicts if name in v.details.get("phases", {})
+        )
+        for name in phase_names
+    }
+    step_names = sorted({name for v in verdicts for name in v.details.get("worker_steps", {})})
+    steps = {
+        name: statistics.median(
+            v.details["worker_steps"][name] for v in verdicts if name in v.details.get("worker_steps", {})
+        )
+        for name in step_names
+    }
     per_minute = len(verdicts) / seconds * 60.0
     return {
         "evaluations": len(verdicts),
+        "problems": [p.name for p, _ in pairs],
+        "variants_per_problem": variants,
         "seconds": seconds,
-        "first_pass_seconds": cold_seconds,
+        "warm_pass_seconds": warm_seconds,
+        "warm_pass_statuses": [v.status.value for v in warm],
         "workers": workers,
         "gpus": gpus,
         "per_minute": per_minute,
         "per_minute_per_gpu": per_minute / max(1, gpus),
         "statuses": statuses,
-        "per_problem": [
+        "median_phase_seconds": phases,
+        "median_worker_step_seconds": steps,
+        "median_eval_seconds": statistics.median(v.eval_seconds or 0.0 for v in verdicts),
+        "per_evaluation": [
             {
                 "problem": p.name,
+                "edit": c.edit,
                 "status": v.status.value,
                 "speedup": v.speedup,
-                "speedup_vs_compile": v.speedup_vs_compile,
-                "roofline_fraction": v.roofline_fraction,
                 "eval_seconds": v.eval_seconds,
                 "phases": dict(v.details.get("phases", {})),
                 "reasons": list(v.reasons)[:2],
             }
-            for (p, _), v in zip(pairs, verdicts)
+            for (p, c), v in zip(work, verdicts)
         ],
     }
 
@@ -191,7 +261,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stability-candidate", type=Path, default=None)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument(
-        "--workers", type=int, default=4, help="Concurrent evaluations (threads) for throughput."
+        "--workers",
+        type=int,
+        nargs="+",
+        default=[4],
+        help="Concurrent evaluations (threads) for throughput; several values measure each in turn.",
+    )
+    parser.add_argument(
+        "--variants", type=int, default=8, help="Candidates per problem in the throughput workload."
+    )
+    parser.add_argument(
+        "--throughput-problems",
+        nargs="+",
+        default=list(THROUGHPUT_PROBLEMS),
+        help="Problem names (in --problems) for the throughput workload.",
     )
     parser.add_argument("--device", choices=["cuda", "cpu"], default=None)
     parser.add_argument("--timing-trials", type=int, default=100)
@@ -240,11 +323,17 @@ def main(argv: list[str] | None = None) -> int:
 
     if "throughput" not in args.skip and pairs:
         gpus = max(1, visible_gpu_count()) if device == "cuda" else 1
-        results["throughput"] = t = throughput(pairs, options, args.workers, gpus)
-        print(
-            f"(b) throughput: {t['evaluations']} evaluations in {t['seconds']:.1f} s = {t['per_minute']:.1f}/min "
-            f"({t['per_minute_per_gpu']:.1f}/min/GPU, {t['workers']} workers); statuses {t['statuses']}"
-        )
+        chosen = [pair for pair in pairs if pair[0].name in set(args.throughput_problems)] or pairs
+        results["throughput"] = []
+        for workers in args.workers:
+            t = throughput(chosen, options, workers, gpus, args.variants)
+            results["throughput"].append(t)
+            print(
+                f"(b) throughput: {t['evaluations']} evaluations of {len(chosen)} problems in {t['seconds']:.1f} s "
+                f"= {t['per_minute']:.1f}/min ({t['per_minute_per_gpu']:.1f}/min/GPU, {workers} workers); "
+                f"statuses {t['statuses']}; median phases {t['median_phase_seconds']}; "
+                f"median worker steps {t['median_worker_step_seconds']}"
+            )
 
     if "references" not in args.skip:
         rows = results["references"] = references(problem_files(args.problems), options)

@@ -1,14 +1,15 @@
 """Comparing a candidate's outputs with the reference's, and refusing references that cannot judge anything.
 
-Runs in the driver on tensors loaded (``weights_only``) from the two workers' files; the candidate's process
-never holds a reference output.
+Runs in the reference process, on its device: the reference outputs stay where they were computed, and the
+candidate's outputs arrive as raw bytes in files its worker wrote, read here against the shapes and dtypes
+it declared (sizes checked, nothing unpickled). The candidate's process never holds a reference output.
 """
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ksmith_core.model import Tolerance
@@ -28,16 +29,56 @@ class Outputs:
     devices: list[str] = field(default_factory=list)
 
 
-def load_outputs(path: str, devices: list[str] | None = None) -> Outputs:
+def tolerances(table: dict[str, list[float]]) -> Callable[[str], Tolerance]:
+    """A ``tolerance_for`` from ``{dtype name: [atol, rtol]}`` (what the parent sends; see ``tolerance_table``)."""
+    parsed = {name: Tolerance(float(a), float(r)) for name, (a, r) in table.items()}
+    fallback = parsed.get("default", Tolerance(1e-4, 1e-4))
+    return lambda name: parsed.get(name.removeprefix("torch."), fallback)
+
+
+def tolerance_table(tolerance_for: Callable[[str], Tolerance], dtypes: tuple[str, ...]) -> dict[str, list]:
+    table = {}
+    for name in (*dtypes, "default"):
+        tol = tolerance_for(name)
+        table[name] = [tol.atol, tol.rtol]
+    return table
+
+
+def _dtype(name: str) -> Any:
     import torch
 
-    data = torch.load(path, map_location="cpu", weights_only=True)
-    if not isinstance(data, dict) or not isinstance(data.get("outputs"), list):
-        raise ValueError(f"{path} holds no outputs")
-    tensors = data["outputs"]
-    if not all(type(t) is torch.Tensor for t in tensors):
-        raise ValueError(f"{path} holds something other than plain tensors")
-    return Outputs(str(data.get("structure")), tensors, list(devices or []))
+    value = getattr(torch, str(name).removeprefix("torch."), None)
+    if not isinstance(value, torch.dtype):
+        raise ValueError(f"unknown dtype {name!r}")
+    return value
+
+
+def load_outputs(report: dict[str, Any], directory: Path, device: str) -> Outputs:
+    """The outputs a candidate worker described in ``report`` (files in ``directory``), on ``device``."""
+    import math
+
+    import numpy as np
+    import torch
+
+    tensors, devices = [], []
+    for item in report["outputs"]:
+        name = str(item["file"])
+        path = directory / name
+        if "/" in name or name.startswith(".") or path.is_symlink():
+            raise ValueError(f"output file {name!r} is not a plain file of the worker's")
+        dtype = _dtype(item["dtype"])
+        shape = [int(n) for n in item["shape"]]
+        if any(n < 0 for n in shape):
+            raise ValueError(f"negative size in shape {shape}")
+        nbytes = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+        size = path.stat().st_size
+        if size != nbytes:
+            raise ValueError(f"{name} holds {size} bytes; shape {shape} of {dtype} needs {nbytes}")
+        raw = torch.from_numpy(np.fromfile(path, dtype=np.uint8))
+        tensor = raw.view(dtype).reshape(shape) if nbytes else torch.empty(shape, dtype=dtype)
+        tensors.append(tensor.to(device))
+        devices.append(str(item["device"]))
+    return Outputs(str(report["structure"]), tensors, devices)
 
 
 @dataclass
@@ -93,13 +134,6 @@ def compare_outputs(
     return Comparison(True, [])
 
 
-@functools.cache
-def _driver_has_cuda() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
-
-
 def compare_values(index: int, mine: Any, ref: Any, tol: Tolerance, where: str) -> Comparison | None:
     import torch
 
@@ -123,9 +157,6 @@ def compare_values(index: int, mine: Any, ref: Any, tol: Tolerance, where: str) 
                 "rtol": 0.0,
             },
         )
-    if ref.device.type == "cpu" and _driver_has_cuda():
-        # Hundreds of millions of elements: compare on the GPU (the driver's own, never the candidate's).
-        mine, ref = mine.to("cuda"), ref.to("cuda")
     a, b = mine.double(), ref.double()
     for name, test in (("NAN_OUTPUT", torch.isnan), ("INF_OUTPUT", torch.isinf)):
         bad = test(a) & ~test(b)

@@ -3,14 +3,20 @@
 One evaluation:
 
 1. Fresh seeds from ``secrets`` for the model's weights, every correctness trial and every timing input set.
-2. The candidate's worker (a child process) builds the problem from its source text, generates all inputs from
-   those seeds, installs the guards, imports the candidate, runs each trial and writes its outputs.
-3. Only then does the problem's reference worker compute reference outputs for the same seeds: the candidate
-   runs first and in another process, so it can neither read nor disturb them. The driver compares.
+2. The candidate's worker (a child process, started ahead of need: ``pool.py``) builds the problem from its
+   source text, generates all inputs from those seeds, installs the guards, imports the candidate and calls
+   it once (Triton compiles here, with no lock held). On the driver's word it runs each trial and writes its
+   outputs.
+3. Only then does the problem's reference worker compute reference outputs for the same seeds and judge the
+   candidate's output files against them on the device: the candidate runs first and in another process, so
+   it can neither read nor disturb them.
 4. If correct, reference timings (eager and torch.compile) come from the cache or are measured, and the
-   candidate is timed in its still-running worker, both under the device's timing lock. The outputs of the
-   last timed calls are checked against the reference too (a result cache shows up there).
+   candidate is timed in its still-running worker, both holding the device's lock exclusively. The outputs
+   of the last timed calls are judged against the reference too (a result cache shows up there).
 5. Speedups, the roofline fraction, and flags (a > 10x speedup is re-validated on fresh inputs in a new worker).
+
+Every other GPU step (trials, reference outputs, comparison) holds the device's lock shared, so concurrent
+evaluations overlap with each other but never with a timed loop (``locks.py``).
 """
 
 from __future__ import annotations
@@ -19,16 +25,24 @@ import atexit
 import secrets
 import threading
 import time
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from ksmith_core.errors import ProblemError
-from ksmith_core.model import Candidate, EvalOptions, Problem, Status, TimingStats, Verdict
+from ksmith_core.model import (
+    DEFAULT_TOLERANCES,
+    Candidate,
+    EvalOptions,
+    Problem,
+    Status,
+    TimingStats,
+    Verdict,
+)
 from ksmith_triton import PROTOCOL_VERSION
-from ksmith_triton.compare import Outputs, compare_outputs, degenerate_reasons, load_outputs
-from ksmith_triton.locks import choose_gpu, device_lock, physical_gpu
+from ksmith_triton.compare import tolerance_table
+from ksmith_triton.locks import choose_gpu, device_lock, gpu_work, physical_gpu
+from ksmith_triton.pool import POOL
 from ksmith_triton.refcache import ReferenceCache
 from ksmith_triton.roofline import roofline_fraction
 from ksmith_triton.sandbox import Child, ChildExit, private_dir, remove_tree
@@ -38,7 +52,7 @@ TIMING_SETS = {"cuda": 3, "cpu": 2}
 CPU_TIMING_TRIALS = 3
 CPU_WARMUP = 1
 REFERENCE_TIMEOUT_S = 900.0
-MAX_REFERENCE_WORKERS = 8  # warm reference processes kept; the least recently used one goes first
+MAX_REFERENCE_WORKERS = 16  # warm reference processes kept; the least recently used one goes first
 OUTPUT_TAIL_IN_DETAILS = 1500
 
 
@@ -110,16 +124,14 @@ class ReferenceWorker:
                 self._fail(result, f"answering {op!r}")
             return result  # type: ignore[return-value]
 
-    def outputs(self, init_seed: int, seeds: list[int]) -> tuple[list[Outputs], dict[str, Any]]:
-        prefix = uuid.uuid4().hex
-        answer = self.request(
-            "outputs", init_seed=init_seed, seeds=seeds, out_dir=str(self.dir), prefix=prefix
+    def judge(
+        self, init_seed: int, seeds: list[int], got: list[dict[str, Any]], directory: Path, **options: Any
+    ) -> dict[str, Any]:
+        """Reference outputs for ``seeds``, and the candidate's output files (described by ``got``) judged
+        against them; see ``worker.reference_judge``."""
+        return self.request(
+            "judge", init_seed=init_seed, seeds=seeds, got=got, directory=str(directory), **options
         )
-        loaded = []
-        for path in answer["files"]:
-            loaded.append(load_outputs(path))
-            Path(path).unlink(missing_ok=True)
-        return loaded, answer.get("meta", {})
 
     def close(self) -> None:
         if self.child:
@@ -311,21 +323,22 @@ class Evaluation:
         except SyntaxError as exc:
             self.details["error"] = f"candidate.py, line {exc.lineno}: {exc.msg}\n{(exc.text or '').rstrip()}"
             return self.verdict(Status.COMPILE_ERROR, [f"SYNTAX_ERROR: line {exc.lineno}: {exc.msg}"])
-        scratch = private_dir("ksmith-cand-")
+        self.child = child = POOL.take(self.device, child_env(self.device, self.gpu))
         try:
-            (scratch / "candidate.py").write_text(self.candidate.source, encoding="utf-8")
-            return self._run_in(scratch)
+            child.rss_limit_mb = self.options.memory_limit_mb
+            (child.scratch / "candidate.py").write_text(self.candidate.source, encoding="utf-8")
+            return self._run(child)
         finally:
-            if self.child is not None:
-                self.child.kill()
-            remove_tree(scratch)
+            POOL.done()
+            child.kill()
+            remove_tree(child.scratch)
 
-    def _run_in(self, scratch: Path) -> Verdict:
+    def _run(self, child: Child) -> Verdict:
         opts = self.options
         init_seed = draw_seed()
         trial_seeds = [draw_seed() for _ in range(max(1, opts.correctness_trials))]
         timing_seeds = [] if self.revalidation else [draw_seed() for _ in range(TIMING_SETS[self.device])]
-        job = {
+        self._job = job = {
             "device": self.device,
             "problem_source": self.problem.source,
             "small_sizes": dict(self.problem.small_sizes) if self.small else None,
@@ -335,53 +348,43 @@ class Evaluation:
             "allowed_ops": sorted(self.problem.allowed_ops),
             "memory_limit_mb": opts.memory_limit_mb,
         }
-        self._job = job
-        self.child = child = Child(
-            "candidate", job, scratch, child_env(self.device, self.gpu), rss_limit_mb=opts.memory_limit_mb
-        )
+        child.start(job)
         worker = reference_worker(self.problem, self.device, self.gpu, self.small)
         worker.warm()  # its start-up overlaps the candidate's; it computes nothing until asked below
         phases = self.details.setdefault("phases", {})  # seconds per phase, for whoever tunes throughput
+
         clock = time.monotonic()
-        report = child.wait_message("correctness", opts.timeout_s)
-        phases["candidate_correctness"] = round(time.monotonic() - clock, 3)
+        report = child.wait_message("ready", opts.timeout_s)
+        phases["candidate_import_and_first_call"] = round(time.monotonic() - clock, 3)
+        failed = self.failed_report(report, child, "import and first call")
+        if failed is not None:
+            return failed
+        if isinstance(
+            report.get("steps"), dict
+        ):  # the worker's own clock: start-up, idle, prepare, import...
+            self.details["worker_steps"] = report["steps"]
+
+        clock = time.monotonic()
+        with gpu_work(self.device, self.gpu):
+            child.send({"op": "trials"})
+            report = child.wait_message("correctness", opts.timeout_s)
+        phases["candidate_trials"] = round(time.monotonic() - clock, 3)
         failed = self.failed_report(report, child, "correctness trials")
         if failed is not None:
             return failed
         trials = report["trials"]
-        self.details["launches"] = [t["launches"] for t in trials]
-        try:
-            got = [load_outputs(t["file"], [o["device"] for o in t["outputs"]]) for t in trials]
-        except Exception as exc:  # noqa: BLE001 - unreadable outputs are the candidate's doing
-            return self.verdict(
-                Status.REJECTED, [f"FORGED_OUTPUT: the candidate's output files are unreadable: {exc}"]
-            )
+        self.details["launches"] = [t.get("launches") for t in trials]
 
         # The candidate has reported; only now are the reference outputs computed, in another process.
         clock = time.monotonic()
-        try:
-            expected, meta = worker.outputs(init_seed, trial_seeds)
-        except ProblemError:
-            if self.device != "cuda":
-                raise
-            # The candidate's process is still alive and may hold the GPU's memory: retry without it. If the
-            # reference fails again the problem itself is broken, and that error goes to the user.
-            child.kill()
-            worker.outputs(init_seed, trial_seeds)
-            return self.verdict(
-                Status.RUNTIME_ERROR,
-                [
-                    "RESOURCE_EXHAUSTED: the reference could not run beside this candidate's process "
-                    "(does it keep too much GPU memory?)"
-                ],
-            )
-        phases["reference_outputs"] = round(time.monotonic() - clock, 3)
-        clock = time.monotonic()
-        degenerate = degenerate_reasons(expected, self.problem.tolerance_for)
-        if degenerate:
-            return self.verdict(Status.REJECTED, degenerate)
+        judged = self._judge_outputs(worker, child, trial_seeds, trials, "trial", degenerate_check=True)
+        phases["reference_judge"] = round(time.monotonic() - clock, 3)
+        if isinstance(judged, Verdict):
+            return judged
+        if judged["degenerate"]:
+            return self.verdict(Status.REJECTED, judged["degenerate"])
         for index, trial in enumerate(trials):
-            if trial["mutated_inputs"]:
+            if trial.get("mutated_inputs"):
                 return self.verdict(
                     Status.INCORRECT,
                     [
@@ -389,21 +392,75 @@ class Evaluation:
                         f"(trial {index}); inputs must be left as they were"
                     ],
                 )
-            comparison = compare_outputs(
-                got[index],
-                expected[index],
-                self.device,
-                self.problem.tolerance_for,
-                f"trial {index} of {len(trials)}",
-            )
-            if not comparison.correct:
-                if comparison.mismatch:
-                    self.details["mismatch"] = comparison.mismatch
-                return self.verdict(Status.INCORRECT, comparison.reasons)
-        phases["compare"] = round(time.monotonic() - clock, 3)
+        failed = self.failed_comparison(judged, len(trials))
+        if failed is not None:
+            return failed
         if self.revalidation:
             return self.verdict(Status.OK, correct=True)
-        return self._time(child, worker, meta)
+        return self._time(child, worker, judged["meta"])
+
+    def _judge_outputs(
+        self,
+        worker: ReferenceWorker,
+        child: Child,
+        seeds: list[int],
+        got: list[dict[str, Any]],
+        label: str,
+        degenerate_check: bool = False,
+    ) -> dict[str, Any] | Verdict:
+        tolerances = tolerance_table(
+            self.problem.tolerance_for, tuple({*DEFAULT_TOLERANCES, *self.problem.tolerances})
+        )
+        reports = [{"structure": g.get("structure"), "outputs": g.get("outputs", [])} for g in got]
+        directory = child.scratch / "outputs"
+        try:
+            with gpu_work(self.device, self.gpu):
+                return worker.judge(
+                    self._job["init_seed"],
+                    seeds,
+                    reports,
+                    directory,
+                    label=label,
+                    tolerances=tolerances,
+                    degenerate_check=degenerate_check,
+                )
+        except ProblemError:
+            if self.device != "cuda":
+                raise
+            # The candidate's process is still alive and may hold the GPU's memory: retry without it. If the
+            # reference fails again the problem itself is broken, and that error goes to the user.
+            child.kill()
+            with gpu_work(self.device, self.gpu):
+                worker.judge(self._job["init_seed"], seeds, [], directory, label=label, tolerances=tolerances)
+            return self.verdict(
+                Status.RUNTIME_ERROR,
+                [
+                    "RESOURCE_EXHAUSTED: the reference could not run beside this candidate's process "
+                    "(does it keep too much GPU memory?)"
+                ],
+            )
+
+    def failed_comparison(self, judged: dict[str, Any], count: int, timed: bool = False) -> Verdict | None:
+        comparisons = judged["comparisons"]
+        for result in comparisons:
+            if not result["correct"]:
+                if result.get("mismatch"):
+                    self.details["mismatch"] = result["mismatch"]
+                reasons = list(result["reasons"])
+                if timed:
+                    reasons = [
+                        *(r.replace(r.split(":", 1)[0], "TIMED_OUTPUT_MISMATCH", 1) for r in reasons),
+                        "TIMED_OUTPUT_MISMATCH: outputs of timed calls differ "
+                        "from the reference (a result cache or state kept across calls?)",
+                    ]
+                forged = any(r.startswith("FORGED_OUTPUT") for r in result["reasons"])
+                return self.verdict(Status.REJECTED if forged else Status.INCORRECT, reasons)
+        if len(comparisons) != count:
+            return self.verdict(
+                Status.REJECTED,
+                [f"FORGED_OUTPUT: {count} output sets expected, {len(comparisons)} were judged"],
+            )
+        return None
 
     def _time(self, child: Child, worker: ReferenceWorker, meta: dict[str, Any]) -> Verdict:
         opts = self.options
@@ -416,37 +473,21 @@ class Evaluation:
         with device_lock(self.device, self.gpu):
             child.send({"op": "time", "trials": trials, "warmup": warmup})
             report = child.wait_message("timing", opts.timeout_s)
+        phases["candidate_timing"] = round(time.monotonic() - clock, 3)
         failed = self.failed_report(report, child, "timing")
         if failed is not None:
             return failed
-        try:
-            timed = [load_outputs(t["file"], [o["device"] for o in t["outputs"]]) for t in report["timed"]]
-        except Exception as exc:  # noqa: BLE001
-            return self.verdict(
-                Status.REJECTED, [f"FORGED_OUTPUT: the candidate's timed outputs are unreadable: {exc}"]
-            )
-        child.kill()  # it has reported everything; no need to wait for its interpreter to shut down
-        expected, _ = worker.outputs(self._job["init_seed"], self._job["timing_seeds"])
-        for index, (mine, ref) in enumerate(zip(timed, expected)):
-            comparison = compare_outputs(
-                mine, ref, self.device, self.problem.tolerance_for, f"timed input set {index}"
-            )
-            if not comparison.correct:
-                if comparison.mismatch:
-                    self.details["mismatch"] = comparison.mismatch
-                reasons = [
-                    r.replace(r.split(":", 1)[0], "TIMED_OUTPUT_MISMATCH", 1) for r in comparison.reasons
-                ]
-                return self.verdict(
-                    Status.INCORRECT,
-                    [
-                        *reasons,
-                        "TIMED_OUTPUT_MISMATCH: outputs of timed calls differ "
-                        "from the reference (a result cache or state kept across calls?)",
-                    ],
-                )
+        child.kill()  # it has reported everything; its output files stay in the scratch directory
+        clock = time.monotonic()
+        timed = report["timed"]
+        judged = self._judge_outputs(worker, child, self._job["timing_seeds"], timed, "timed input set")
+        phases["timed_outputs_judge"] = round(time.monotonic() - clock, 3)
+        if isinstance(judged, Verdict):
+            return judged
+        failed = self.failed_comparison(judged, len(self._job["timing_seeds"]), timed=True)
+        if failed is not None:
+            return failed
         runtime = TimingStats.from_samples(report["samples_ms"])
-        phases["candidate_timing_and_check"] = round(time.monotonic() - clock, 3)
         return self._judge(runtime, reference, meta)
 
     def timing_plan(self) -> tuple[int, int]:
@@ -474,15 +515,17 @@ class Evaluation:
             found = cache.get(key)
             if found is None:
                 seeds = [draw_seed() for _ in range(TIMING_SETS[self.device])]
+                request = {
+                    "init_seed": draw_seed(),
+                    "seeds": seeds,
+                    "trials": trials,
+                    "warmup": warmup,
+                    "compile": self.device == "cuda",
+                    "token": secrets.token_hex(8),
+                }
+                worker.request("prepare_time", **request)  # torch.compile runs here, with no lock held
                 with device_lock(self.device, self.gpu):
-                    found = worker.request(
-                        "time",
-                        init_seed=draw_seed(),
-                        seeds=seeds,
-                        trials=trials,
-                        warmup=warmup,
-                        compile=self.device == "cuda",
-                    )
+                    found = worker.request("time", **request)
                 found = {k: found.get(k) for k in ("eager_ms", "compile_ms", "compile_error")}
                 cache.set(key, found)
             if self.device == "cuda":

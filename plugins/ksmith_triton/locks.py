@@ -1,4 +1,10 @@
-"""Which GPU a candidate runs on, and the per-device lock that serialises timing across threads and processes."""
+"""Which GPU a candidate runs on, and the per-GPU lock that keeps timing alone on its device.
+
+Timing takes the lock exclusively; every other piece of GPU work of an evaluation (correctness trials,
+reference outputs, comparisons) takes it shared, so those overlap each other but never a timed loop. Across
+processes the lock is an flock on one file per GPU; inside this process a gate gives waiting timers priority,
+so a steady stream of correctness work cannot starve them (flock alone has no such preference).
+"""
 
 from __future__ import annotations
 
@@ -52,21 +58,89 @@ def lock_dir() -> Path:
 _cpu_timing_lock = threading.Lock()
 
 
+class _Gate:
+    """A readers-writer gate with writer preference: once a timer waits, new shared holders queue behind it."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._readers = 0
+        self._writing = False
+        self._writers_waiting = 0
+
+    def acquire_shared(self) -> None:
+        with self._cond:
+            while self._writing or self._writers_waiting:
+                self._cond.wait()
+            self._readers += 1
+
+    def release_shared(self) -> None:
+        with self._cond:
+            self._readers -= 1
+            self._cond.notify_all()
+
+    def acquire_exclusive(self) -> None:
+        with self._cond:
+            self._writers_waiting += 1
+            while self._writing or self._readers:
+                self._cond.wait()
+            self._writers_waiting -= 1
+            self._writing = True
+
+    def release_exclusive(self) -> None:
+        with self._cond:
+            self._writing = False
+            self._cond.notify_all()
+
+
+_gates: dict[str, _Gate] = {}
+_gates_lock = threading.Lock()
+
+
+def _gate(gpu: str | None) -> _Gate:
+    with _gates_lock:
+        return _gates.setdefault(str(gpu), _Gate())
+
+
+@contextlib.contextmanager
+def _flock(gpu: str | None, mode: int) -> Iterator[None]:
+    with open(lock_dir() / f"cuda-{gpu}.lock", "a+") as handle:
+        fcntl.flock(handle, mode)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 @contextlib.contextmanager
 def device_lock(device: str, gpu: str | None) -> Iterator[None]:
-    """Hold the timing lock of one device.
+    """Hold the timing lock of one device exclusively (nothing else of ksmith's runs on that GPU meanwhile).
 
-    A GPU's lock is an flock, so it serialises timing across threads and processes alike. Interpreted CPU
-    timings are never compared with anything outside this process, so the CPU lock is this process's own
-    (other programs' evaluations on the same machine do not queue behind each other).
+    Interpreted CPU timings are never compared with anything outside this process, so the CPU lock is this
+    process's own (other programs' evaluations on the same machine do not queue behind each other).
     """
     if device != "cuda":
         with _cpu_timing_lock:
             yield
         return
-    with open(lock_dir() / f"cuda-{gpu}.lock", "a+") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
+    gate = _gate(gpu)
+    gate.acquire_exclusive()
+    try:
+        with _flock(gpu, fcntl.LOCK_EX):
             yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    finally:
+        gate.release_exclusive()
+
+
+@contextlib.contextmanager
+def gpu_work(device: str, gpu: str | None) -> Iterator[None]:
+    """Hold the device's lock shared: GPU work that may overlap other such work but not a timed loop."""
+    if device != "cuda":
+        yield
+        return
+    gate = _gate(gpu)
+    gate.acquire_shared()
+    try:
+        with _flock(gpu, fcntl.LOCK_SH):
+            yield
+    finally:
+        gate.release_shared()

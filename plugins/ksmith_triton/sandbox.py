@@ -74,34 +74,49 @@ class Child:
     def __init__(
         self,
         role: str,
-        job: dict[str, Any],
+        job: dict[str, Any] | None,
         scratch: Path,
         env_extra: dict[str, str] | None = None,
         rss_limit_mb: int | None = None,
+        warm_device: str | None = None,
     ) -> None:
+        """Start the worker. With ``job=None`` it starts idle (imports done, waiting): ``start(job)`` later.
+        ``warm_device`` lets an idle candidate worker also initialise CUDA before its job arrives."""
         self.nonce = secrets.token_hex(16)
         self.scratch = scratch
         self.rss_limit_mb = rss_limit_mb
+        self.env = scrubbed_environment(env_extra)
         self.messages: queue.Queue[dict[str, Any] | None] = queue.Queue()
         self.forged = 0
         self.stdout_path = scratch / "stdout.txt"
         self.stderr_path = scratch / "stderr.txt"
         read_fd, write_fd = os.pipe()
+        argv = [sys.executable, "-m", "ksmith_triton.worker", role, str(write_fd)]
+        if warm_device:
+            argv.append(warm_device)
         with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "ksmith_triton.worker", role, str(write_fd)],
+                argv,
                 stdin=subprocess.PIPE,
                 stdout=out,
                 stderr=err,
                 cwd=scratch,
-                env=scrubbed_environment(env_extra),
+                env=self.env,
                 pass_fds=(write_fd,),
                 start_new_session=True,
             )
         os.close(write_fd)
         self._reader = threading.Thread(target=self._read, args=(read_fd,), daemon=True)
         self._reader.start()
+        if job is not None:
+            self.start(job)
+
+    def start(self, job: dict[str, Any]) -> None:
+        """Hand the worker its job (the first line it reads, with the nonce its reports must carry)."""
         self.send({"nonce": self.nonce, **job})
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
 
     def _read(self, fd: int) -> None:
         with os.fdopen(fd, "rb") as pipe:

@@ -3,16 +3,19 @@
 Roles:
 
 ``candidate``
-    One candidate, one process. Everything the verdict depends on is prepared before the candidate module is
-    imported: the problem is built from the source text the parent sent (never from a file the candidate could
-    edit), inputs for every trial are generated from the parent's seeds, pristine copies are kept, the clocks
-    are captured and the guards installed. Then the candidate is imported, run once per trial under the
-    guards, and its outputs are written for the parent to compare. Timing follows only when the parent says
-    the outputs were correct (the comparison happens in the parent; reference outputs never enter here).
+    One candidate, one process (started ahead of need by ``pool.py``: torch, Triton and CUDA are initialised
+    before the job arrives, and no candidate code has run in it). Everything the verdict depends on is prepared
+    before the candidate module is imported: the problem is built from the source text the parent sent (never
+    from a file the candidate could edit), inputs for every trial are generated from the parent's seeds,
+    pristine copies are kept, the clocks are captured and the guards installed. Then the candidate is
+    imported and called once (Triton compiles here), and on the parent's word it runs once per trial under
+    the guards and writes its outputs' raw bytes for the reference process to judge. Timing follows only when
+    the outputs were correct (reference outputs never enter this process).
 
 ``reference``
-    A long-lived server for one problem: computes reference outputs for seeds it is sent, times the eager and
-    torch.compile references, measures the GPU's ceilings. It never sees candidate code.
+    A long-lived server for one problem: computes reference outputs for seeds it is sent and judges a
+    candidate's output files against them on the device, times the eager and torch.compile references,
+    measures the GPU's ceilings. It never runs candidate code.
 
 Commands arrive as JSON lines on stdin; reports leave as JSON lines (with the parent's nonce) on RESULT_FD.
 The candidate's own prints go to stdout/stderr, which the parent pointed at files.
@@ -31,6 +34,15 @@ from typing import Any
 
 MAX_ERROR_CHARS = 6000
 POISON_MIN_BYTES = 64 * 2**20
+
+# When each step of a candidate worker ended (time.monotonic), reported with "ready" for throughput tuning.
+STEPS: dict[str, float] = {}
+
+
+def step_seconds() -> dict[str, float]:
+    """Seconds between consecutive steps: waiting for the job (a spare's idle time), preparing, ..."""
+    names = list(STEPS)
+    return {f"{b}": round(STEPS[b] - STEPS[a], 3) for a, b in zip(names, names[1:])}
 
 
 class Channel:
@@ -126,13 +138,24 @@ def flatten_outputs(out: Any) -> tuple[str, list[Any]]:
     return structure, items
 
 
-def save_outputs(path: Path, structure: str, tensors: list[Any]) -> list[dict[str, Any]]:
+def save_outputs(out_dir: Path, stem: str, structure: str, tensors: list[Any]) -> dict[str, Any]:
+    """Each output's raw bytes in its own file (a plain copy, no pickling), described for the reader."""
     import torch
 
-    meta = [{"device": str(t.device), "dtype": str(t.dtype), "shape": list(t.shape)} for t in tensors]
-    cpu = [t.detach().to("cpu").clone() for t in tensors]
-    torch.save({"structure": structure, "outputs": cpu}, path)
-    return meta
+    files = []
+    for index, tensor in enumerate(tensors):
+        path = out_dir / f"{stem}_{index}.bin"
+        raw = tensor.detach().contiguous().reshape(-1).view(torch.uint8).to("cpu")
+        raw.numpy().tofile(path)
+        files.append(
+            {
+                "file": path.name,
+                "device": str(tensor.device),
+                "dtype": str(tensor.dtype),
+                "shape": list(tensor.shape),
+            }
+        )
+    return {"structure": structure, "outputs": files}
 
 
 def tensor_bytes(values: list[Any]) -> int:
@@ -170,9 +193,12 @@ def is_out_of_memory(exc: BaseException) -> bool:
 
 
 def run_candidate(channel: Channel, job: dict[str, Any]) -> int:
+    import time
+
     set_limits(job)
     try:
         prepared = prepare_candidate_run(job)
+        STEPS["prepared"] = time.monotonic()
     except Exception as exc:  # noqa: BLE001 - the problem (or ksmith) failed before any candidate code ran
         channel.send(
             "error", status="setup_error", reason=f"{type(exc).__name__}: {exc}", error=format_error(exc)
@@ -214,6 +240,7 @@ def judge_candidate(
     timers: dict[str, Any],
 ) -> int:
     import importlib.util
+    import time
 
     from ksmith_triton.guards import thread_idents
     from ksmith_triton.timing import Staging
@@ -250,12 +277,35 @@ def judge_candidate(
         model = make_model(model_class, problem, job["init_seed"], device)
     except BaseException as exc:  # noqa: BLE001
         return report_forward_error(channel, guards, exc, "constructing ModelNew")
+    STEPS["imported"] = time.monotonic()
 
-    # -- correctness trials ----------------------------------------------------------------------------------
+    # -- a first call, outside the trials: Triton compiles here, while no GPU lock is held -------------------
     out_dir = Path("outputs")
     out_dir.mkdir(exist_ok=True)
-    trials: list[dict[str, Any]] = []
     staging = Staging(trial_inputs[0])
+    try:
+        guards.run_forward(model, staging.load(trial_inputs[0]))
+        if device == "cuda":
+            timers["synchronize"]()
+    except BaseException as exc:  # noqa: BLE001
+        return report_forward_error(channel, guards, exc, "the first call")
+    violations = trial_violations(guards, threads_before)
+    if violations:
+        channel.send(
+            "error",
+            status="rejected",
+            reasons=violations,
+            launches=guards.launches,
+            forbidden_ops=dict(guards.forbidden),
+        )
+        return 0
+    STEPS["first_call"] = time.monotonic()
+    channel.send("ready", steps=step_seconds())
+    if read_command().get("op") != "trials":
+        return 0
+
+    # -- correctness trials (the parent holds the GPU's shared lock meanwhile) ----------------------------
+    trials: list[dict[str, Any]] = []
     for index, pristine in enumerate(trial_inputs):
         inputs = staging.load(pristine)
         if device == "cuda":
@@ -283,12 +333,9 @@ def judge_candidate(
             channel.send("error", status="rejected", reasons=[str(exc)])
             return 0
         mutated = [i for i, (now, before) in enumerate(zip(inputs, pristine)) if not same_value(now, before)]
-        path = out_dir / f"trial_{index}.pt"
-        meta = save_outputs(path, structure, tensors)
         trials.append(
             {
-                "file": str(path.resolve()),
-                "outputs": meta,
+                **save_outputs(out_dir, f"trial_{index}", structure, tensors),
                 "launches": guards.launches,
                 "mutated_inputs": mutated,
             }
@@ -331,8 +378,7 @@ def judge_candidate(
         except OutputError as exc:
             channel.send("error", status="rejected", reasons=[str(exc)])
             return 0
-        path = out_dir / f"timed_{index}.pt"
-        timed.append({"file": str(path.resolve()), "outputs": save_outputs(path, structure, tensors)})
+        timed.append(save_outputs(out_dir, f"timed_{index}", structure, tensors))
     channel.send("timing", samples_ms=samples, timed=timed)
     read_command()
     return 0
@@ -462,7 +508,8 @@ def run_reference(channel: Channel, job: dict[str, Any]) -> int:
     if device == "cuda":
         torch.cuda.init()
     handlers = {
-        "outputs": reference_outputs,
+        "judge": reference_judge,
+        "prepare_time": prepare_reference_timing,
         "time": reference_timing,
         "ceilings": measure_ceilings,
         "info": reference_info,
@@ -488,20 +535,23 @@ def reference_info(problem: types.ModuleType, device: str, command: dict[str, An
     return {"device_name": name, "torch": torch.__version__, "triton": triton.__version__}
 
 
-def reference_outputs(problem: types.ModuleType, device: str, command: dict[str, Any]) -> dict[str, Any]:
+def reference_judge(problem: types.ModuleType, device: str, command: dict[str, Any]) -> dict[str, Any]:
+    """Reference outputs for the seeds, kept here on the device, and the candidate's outputs judged against
+    them: the candidate's process has reported and is idle or gone, and never sees these."""
     import torch
 
+    from ksmith_triton.compare import Outputs, compare_outputs, degenerate_reasons, load_outputs, tolerances
+
+    tolerance_for = tolerances(command["tolerances"])
     model = make_model(problem.Model, problem, command["init_seed"], device)
-    out_dir = Path(command["out_dir"])
-    files, meta = [], {}
+    expected: list[Outputs] = []
+    meta: dict[str, Any] = {}
     for index, seed in enumerate(command["seeds"]):
         inputs = make_inputs(problem, seed, device)
         with torch.no_grad():
             out = model(*inputs)
         structure, tensors = flatten_outputs(out)
-        path = out_dir / f"{command['prefix']}_{index}.pt"
-        save_outputs(path, structure, tensors)
-        files.append(str(path))
+        expected.append(Outputs(structure, [t.detach() for t in tensors]))
         if index == 0:
             flops_fn = getattr(problem, "ksmith_flops", None)
             meta = {
@@ -509,7 +559,66 @@ def reference_outputs(problem: types.ModuleType, device: str, command: dict[str,
                 "output_bytes": tensor_bytes(tensors),
                 "flops": float(flops_fn(*inputs)) if callable(flops_fn) else 0.0,
             }
-    return {"files": files, "meta": meta}
+        del inputs, out
+    degenerate = degenerate_reasons(expected, tolerance_for) if command.get("degenerate_check") else []
+    comparisons: list[dict[str, Any]] = []
+    if not degenerate:
+        directory = Path(command["directory"])
+        label, count = command["label"], len(expected)
+        for index, (report, reference) in enumerate(zip(command["got"], expected)):
+            try:
+                got = load_outputs(report, directory, device)
+            except Exception as exc:  # noqa: BLE001 - unreadable or inconsistent files are the candidate's doing
+                comparisons.append(
+                    {
+                        "correct": False,
+                        "reasons": [f"FORGED_OUTPUT: {label} {index}: {exc}"],
+                        "mismatch": None,
+                    }
+                )
+                break
+            result = compare_outputs(got, reference, device, tolerance_for, f"{label} {index} of {count}")
+            comparisons.append(
+                {"correct": result.correct, "reasons": result.reasons, "mismatch": result.mismatch}
+            )
+            del got
+            if not result.correct:
+                break
+    return {"degenerate": degenerate, "comparisons": comparisons, "meta": meta}
+
+
+_prepared_timing: dict[str, Any] = {}
+
+
+def prepare_reference_timing(
+    problem: types.ModuleType, device: str, command: dict[str, Any]
+) -> dict[str, Any]:
+    """Model, inputs and the torch.compile'd model, called once each: compilation (seconds of CPU) happens
+    here, outside the device's timing lock; ``time`` then measures what was prepared."""
+    import torch
+
+    while len(_prepared_timing) >= 4:  # prepared by requests that never came back to time it
+        _prepared_timing.pop(next(iter(_prepared_timing)))
+    model = make_model(problem.Model, problem, command["init_seed"], device)
+    input_sets = [make_inputs(problem, seed, device) for seed in command["seeds"]]
+    compiled, compile_error = None, None
+    with torch.no_grad():
+        model(*input_sets[0])
+        if command.get("compile"):
+            try:
+                compiled = torch.compile(model)
+                compiled(*input_sets[0])
+            except Exception as exc:  # noqa: BLE001 - no compile baseline is a missing number, not a failure
+                compiled, compile_error = None, format_error(exc)[-1500:]
+    if device == "cuda":
+        torch.cuda.synchronize()
+    _prepared_timing[str(command["token"])] = {
+        "model": model,
+        "compiled": compiled,
+        "compile_error": compile_error,
+        "inputs": input_sets,
+    }
+    return {"compile_error": compile_error}
 
 
 def reference_timing(problem: types.ModuleType, device: str, command: dict[str, Any]) -> dict[str, Any]:
@@ -517,21 +626,26 @@ def reference_timing(problem: types.ModuleType, device: str, command: dict[str, 
 
     from ksmith_triton.timing import reference_timers, time_calls
 
+    token = str(command["token"])
+    if token not in _prepared_timing:
+        prepare_reference_timing(problem, device, command)
+    prepared = _prepared_timing.pop(token)
     timers = reference_timers(device)
-    model = make_model(problem.Model, problem, command["init_seed"], device)
-    input_sets = [make_inputs(problem, seed, device) for seed in command["seeds"]]
     trials, warmup = int(command["trials"]), int(command["warmup"])
     with torch.no_grad():
-        eager, _ = time_calls(device, model, input_sets, timers, trials, warmup)
-    result: dict[str, Any] = {"eager_ms": eager, "compile_ms": None, "compile_error": None}
-    if command.get("compile"):
+        eager, _ = time_calls(device, prepared["model"], prepared["inputs"], timers, trials, warmup)
+    result: dict[str, Any] = {
+        "eager_ms": eager,
+        "compile_ms": None,
+        "compile_error": prepared["compile_error"],
+    }
+    if prepared["compiled"] is not None:
         try:
-            compiled = torch.compile(model)
             with torch.no_grad():
                 result["compile_ms"], _ = time_calls(
-                    device, compiled, input_sets, timers, trials, max(warmup, 3)
+                    device, prepared["compiled"], prepared["inputs"], timers, trials, max(warmup, 3)
                 )
-        except Exception as exc:  # noqa: BLE001 - no compile baseline is a missing number, not a failure
+        except Exception as exc:  # noqa: BLE001
             result["compile_error"] = format_error(exc)[-1500:]
     return result
 
@@ -566,9 +680,39 @@ def measure_ceilings(problem: types.ModuleType, device: str, command: dict[str, 
     return {"bandwidth_bytes_s": 2 * n_bytes / (copy_med * 1e-3), "flops_s": 2 * size**3 / (mm_med * 1e-3)}
 
 
+def warm_up(device: str | None) -> None:
+    """What every candidate worker needs, done before its job arrives (see ``pool.py``): the imports, and on
+    a GPU the CUDA context and Triton's whole compile-and-launch path, by running a kernel of the harness's
+    own (compiled once per Triton cache, then loaded from it)."""
+    import time
+
+    import torch
+    import triton  # noqa: F401
+
+    from ksmith_triton import guards, timing  # noqa: F401
+
+    STEPS["started"] = time.monotonic()
+    if device == "cuda":
+        torch.cuda.init()
+        from ksmith_triton.warmkernel import run_warm_kernel
+
+        run_warm_kernel()
+    STEPS["warm"] = time.monotonic()
+
+
 def main(argv: list[str]) -> int:
+    import time
+
+    STEPS["process"] = time.monotonic()
     role, fd = argv[0], int(argv[1])
-    job = json.loads(sys.stdin.readline())
+    if role == "candidate":
+        warm_up(argv[2] if len(argv) > 2 else None)
+    line = sys.stdin.readline()
+    if not line:  # an idle spare whose parent is gone
+        return 0
+    if role == "candidate":
+        STEPS["job"] = time.monotonic()
+    job = json.loads(line)
     channel = Channel(fd, job.pop("nonce"))
     if job.get("device") == "cpu" and role == "candidate":
         os.environ["TRITON_INTERPRET"] = "1"

@@ -56,6 +56,7 @@ ROWS = {
     "pop_dispatch_mode": ("scale_add", "pop_dispatch_mode", {}, "rejected", "FORBIDDEN_TORCH_OP"),
     "spawn_process": ("scale_add", "spawn_process", {}, "rejected", "PROCESS_SPAWNED"),
     "forge_report": ("scale_add", "forge_report", {}, "rejected", "FORGED_REPORT"),
+    "symlinked_output_file": ("scale_add", "symlink_output", {}, "rejected", "FORGED_OUTPUT"),
     "degenerate_reference": ("degenerate_zeros", "constant_zeros", {}, "rejected", "DEGENERATE_REFERENCE"),
     # failures that must cost the candidate only
     "os_exit": ("scale_add", "os_exit", {}, "crashed", "EXITED"),

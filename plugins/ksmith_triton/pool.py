@@ -1,0 +1,114 @@
+"""Candidate worker processes started before they are needed.
+
+Starting Python, importing torch and Triton and creating a CUDA context costs seconds, far more than judging
+a typical kernel. So once a process evaluates a second candidate (a sign it will evaluate more), spare
+workers are started in the background: each has done those imports (and, on a GPU, initialised CUDA) and
+waits for its one job. A spare still serves exactly one candidate and is killed afterwards, so isolation is
+the same as a fresh process: no candidate code has ever run in it before its job arrives.
+
+A spare is only handed out for the device, GPU and environment it was started with (the environment is part
+of the key, so a changed ``TRITON_CACHE_DIR`` or any other variable never reaches a candidate stale).
+``KSMITH_WARM_WORKERS`` sets the number of spares per key (``0`` turns them off); by default it is twice the
+most evaluations seen in flight at once, up to ``MAX_SPARES``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import threading
+from typing import Any
+
+from ksmith_triton.sandbox import Child, private_dir, remove_tree, scrubbed_environment
+
+MAX_SPARES = 16
+
+
+def _key(device: str, env_extra: dict[str, str]) -> tuple[Any, ...]:
+    """(device, GPU, the rest of the environment): spares of another GPU stay; another environment retires."""
+    env = scrubbed_environment(env_extra)
+    gpu = env.pop("CUDA_VISIBLE_DEVICES", None)
+    return (device, gpu, tuple(sorted(env.items())))
+
+
+class WarmPool:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._spares: dict[tuple[Any, ...], list[Child]] = {}
+        self._in_flight = 0
+        self._peak = 0
+        self._taken = 0
+        self.spawned = 0  # counters, for tests and for whoever tunes throughput
+        self.reused = 0
+
+    def _target(self) -> int:
+        configured = os.environ.get("KSMITH_WARM_WORKERS", "").strip()
+        if configured.isdigit():
+            return min(int(configured), MAX_SPARES)
+        if self._taken < 2:  # a single `ksmith eval` gains nothing from spares
+            return 0
+        # A spare takes about as long to get ready as an evaluation takes: two per evaluation in flight keep
+        # one ready for each worker while the other warms up.
+        return min(2 * max(1, self._peak), MAX_SPARES)
+
+    def _spawn(self, device: str, env_extra: dict[str, str]) -> Child:
+        self.spawned += 1
+        return Child(
+            "candidate",
+            None,
+            private_dir("ksmith-cand-"),
+            env_extra,
+            warm_device=device if device == "cuda" else None,
+        )
+
+    def take(self, device: str, env_extra: dict[str, str]) -> Child:
+        """A started, idle candidate worker for ``device`` with ``env_extra``; give it back with ``done``."""
+        key = _key(device, env_extra)
+        child = None
+        stale: list[Child] = []
+        with self._lock:
+            self._taken += 1
+            self._in_flight += 1
+            self._peak = max(self._peak, self._in_flight)
+            spares = self._spares.get(key, [])
+            while spares and child is None:
+                candidate = spares.pop(0)
+                if candidate.alive():
+                    child = candidate
+                else:
+                    stale.append(candidate)
+            for other in [k for k in self._spares if k[2] != key[2]]:  # the environment moved on
+                stale.extend(self._spares.pop(other))
+            target = self._target()
+            missing = max(0, target - len(self._spares.get(key, [])))
+        for old in stale:
+            discard(old)
+        if child is None:
+            child = self._spawn(device, env_extra)
+        else:
+            self.reused += 1
+        fresh = [self._spawn(device, env_extra) for _ in range(missing)]
+        if fresh:
+            with self._lock:
+                self._spares.setdefault(key, []).extend(fresh)
+        return child
+
+    def done(self) -> None:
+        with self._lock:
+            self._in_flight = max(0, self._in_flight - 1)
+
+    def close(self) -> None:
+        with self._lock:
+            spares = [c for group in self._spares.values() for c in group]
+            self._spares.clear()
+        for child in spares:
+            discard(child)
+
+
+def discard(child: Child) -> None:
+    child.kill()
+    remove_tree(child.scratch)
+
+
+POOL = WarmPool()
+atexit.register(POOL.close)

@@ -1,0 +1,167 @@
+"""The pieces that make evaluation fast without weakening it: raw output files read back strictly, the
+GPU lock that keeps timing alone on its device, and candidate workers started ahead of need."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from evaluator_helpers import candidate, problem, quick_options
+
+from ksmith_triton import locks
+from ksmith_triton.compare import load_outputs, tolerance_table, tolerances
+from ksmith_triton.evaluator import evaluate
+from ksmith_triton.pool import WarmPool, _key, discard
+from ksmith_triton.worker import save_outputs
+
+
+@pytest.mark.parametrize(
+    "tensor",
+    [
+        torch.randn(3, 5),
+        torch.randn(4, 6).t(),  # not contiguous
+        torch.randn(7).to(torch.bfloat16),
+        torch.arange(10, dtype=torch.int64),
+        torch.tensor([True, False, True]),
+        torch.tensor(2.5),  # zero-dimensional
+        torch.empty(0, 3),
+    ],
+)
+def test_outputs_round_trip_through_raw_files(tmp_path: Path, tensor):
+    report = save_outputs(tmp_path, "trial_0", "tensor", [tensor])
+    loaded = load_outputs(report, tmp_path, "cpu")
+    assert loaded.structure == "tensor" and loaded.devices == ["cpu"]
+    (back,) = loaded.tensors
+    assert back.dtype == tensor.dtype and back.shape == tensor.shape and torch.equal(back, tensor)
+
+
+def test_output_files_that_disagree_with_their_description_are_refused(tmp_path: Path):
+    report = save_outputs(tmp_path, "trial_0", "tensor", [torch.randn(4, 4)])
+    item = report["outputs"][0]
+    with pytest.raises(ValueError, match="bytes"):
+        load_outputs({**report, "outputs": [{**item, "shape": [4, 5]}]}, tmp_path, "cpu")
+    with pytest.raises(ValueError, match="dtype"):
+        load_outputs({**report, "outputs": [{**item, "dtype": "torch.Tensor"}]}, tmp_path, "cpu")
+    with pytest.raises(ValueError, match="plain file"):
+        load_outputs({**report, "outputs": [{**item, "file": "../elsewhere.bin"}]}, tmp_path, "cpu")
+    (tmp_path / "link.bin").symlink_to(tmp_path / item["file"])
+    with pytest.raises(ValueError, match="plain file"):
+        load_outputs({**report, "outputs": [{**item, "file": "link.bin"}]}, tmp_path, "cpu")
+
+
+def test_tolerances_travel_as_a_table():
+    prob = problem("scale_add")
+    lookup = tolerances(tolerance_table(prob.tolerance_for, ("float32", "float16")))
+    assert lookup("torch.float16") == prob.tolerance_for("float16")
+    assert lookup("float32") == prob.tolerance_for("float32")
+    assert lookup("int8") == prob.tolerance_for("int8")  # the fallback
+
+
+def test_waiting_timer_goes_before_new_gpu_work():
+    gate = locks._Gate()
+    order: list[str] = []
+    gate.acquire_shared()  # a correctness trial is running
+
+    def timer():
+        gate.acquire_exclusive()
+        order.append("timing")
+        time.sleep(0.05)
+        gate.release_exclusive()
+
+    def later_work():
+        gate.acquire_shared()
+        order.append("later work")
+        gate.release_shared()
+
+    t1 = threading.Thread(target=timer)
+    t1.start()
+    time.sleep(0.1)  # the timer is now waiting for the running trial
+    t2 = threading.Thread(target=later_work)
+    t2.start()
+    time.sleep(0.1)
+    assert order == []  # neither may start while the trial runs; the later work queues behind the timer
+    gate.release_shared()
+    t1.join(5)
+    t2.join(5)
+    assert order == ["timing", "later work"]
+
+
+def test_gpu_lock_is_shared_between_work_and_exclusive_for_timing(tmp_path, monkeypatch):
+    monkeypatch.setattr(locks, "lock_dir", lambda: tmp_path)
+    inside = []
+    with locks.gpu_work("cuda", "t0"):
+        with locks.gpu_work("cuda", "t0"):  # shared holders overlap
+            inside.append("both")
+        started = threading.Event()
+        done = threading.Event()
+
+        def time_it():
+            started.set()
+            with locks.device_lock("cuda", "t0"):
+                done.set()
+
+        thread = threading.Thread(target=time_it)
+        thread.start()
+        started.wait(5)
+        assert not done.wait(0.2)  # timing waits for the work in flight
+    assert done.wait(5)
+    thread.join(5)
+    assert inside == ["both"]
+
+
+def test_spares_start_from_the_second_evaluation_and_serve_one_candidate_each(monkeypatch):
+    monkeypatch.delenv("KSMITH_WARM_WORKERS", raising=False)
+    pool = WarmPool()
+    env = {"CUDA_VISIBLE_DEVICES": "", "TRITON_INTERPRET": "1"}
+    try:
+        first = pool.take("cpu", env)
+        pool.done()
+        assert pool.spawned == 1 and not pool._spares  # one evaluation: no spares
+        second = pool.take("cpu", env)
+        pool.done()
+        assert pool.spawned == 4 and pool.reused == 0  # the second starts two spares for what follows
+        spare = next(iter(pool._spares.values()))[0]
+        third = pool.take("cpu", env)
+        pool.done()
+        assert third is spare and pool.reused == 1
+        assert len({first.proc.pid, second.proc.pid, third.proc.pid}) == 3
+        for child in (first, second, third):
+            discard(child)
+        fourth = pool.take("cpu", {**env, "KSMITH_SOMETHING": "changed"})  # another environment
+        pool.done()
+        assert fourth is not spare and pool.reused == 1
+        new_key = _key("cpu", {**env, "KSMITH_SOMETHING": "changed"})
+        assert list(pool._spares) == [new_key]  # the old environment's spare was retired
+        assert spare.proc.poll() is not None
+        discard(fourth)
+    finally:
+        pool.close()
+    assert not pool._spares
+
+
+def test_a_spare_whose_parent_goes_away_exits(monkeypatch):
+    pool = WarmPool()
+    child = pool.take("cpu", {"CUDA_VISIBLE_DEVICES": "", "TRITON_INTERPRET": "1"})
+    pool.done()
+    try:
+        child.proc.stdin.close()  # what the parent's death does to its end of the pipe
+        assert child.proc.wait(timeout=60) == 0
+    finally:
+        discard(child)
+
+
+def test_sequential_evaluations_reuse_warm_workers(reference_cache, monkeypatch):
+    from ksmith_triton import pool as pool_module
+
+    monkeypatch.setenv("KSMITH_WARM_WORKERS", "1")
+    before = pool_module.POOL.reused
+    verdicts = [
+        evaluate(problem("scale_add"), candidate(name), quick_options(reference_cache))
+        for name in ("scale_add_ok", "wrong_output", "scale_add_ok")
+    ]
+    assert [v.status.value for v in verdicts] == ["ok", "incorrect", "ok"]
+    assert pool_module.POOL.reused - before >= 2
+    assert all("candidate_import_and_first_call" in v.details["phases"] for v in verdicts)
