@@ -9,7 +9,7 @@ the same as a fresh process: no candidate code has ever run in it before its job
 A spare is only handed out for the device, GPU and environment it was started with (the environment is part
 of the key, so a changed ``TRITON_CACHE_DIR`` or any other variable never reaches a candidate stale).
 ``KSMITH_WARM_WORKERS`` sets the number of spares per key (``0`` turns them off); by default it is twice the
-most evaluations seen in flight at once, up to ``MAX_SPARES``.
+most evaluations seen in flight at once, up to ``MAX_SPARES`` on a GPU and half the cores on the CPU.
 """
 
 from __future__ import annotations
@@ -41,15 +41,17 @@ class WarmPool:
         self.spawned = 0  # counters, for tests and for whoever tunes throughput
         self.reused = 0
 
-    def _target(self) -> int:
+    def _target(self, device: str) -> int:
         configured = os.environ.get("KSMITH_WARM_WORKERS", "").strip()
         if configured.isdigit():
             return min(int(configured), MAX_SPARES)
         if self._taken < 2:  # a single `ksmith eval` gains nothing from spares
             return 0
         # A spare takes about as long to get ready as an evaluation takes: two per evaluation in flight keep
-        # one ready for each worker while the other warms up.
-        return min(2 * max(1, self._peak), MAX_SPARES)
+        # one ready for each worker while the other warms up. On the CPU they would compete for the cores
+        # the interpreted candidates run on, so fewer there.
+        cap = MAX_SPARES if device == "cuda" else max(1, (os.cpu_count() or 2) // 2)
+        return min(2 * max(1, self._peak), cap)
 
     def _spawn(self, device: str, env_extra: dict[str, str]) -> Child:
         self.spawned += 1
@@ -58,7 +60,7 @@ class WarmPool:
             None,
             private_dir("ksmith-cand-"),
             env_extra,
-            warm_device=device if device == "cuda" else None,
+            warm_device=device,
         )
 
     def take(self, device: str, env_extra: dict[str, str]) -> Child:
@@ -79,7 +81,7 @@ class WarmPool:
                     stale.append(candidate)
             for other in [k for k in self._spares if k[2] != key[2]]:  # the environment moved on
                 stale.extend(self._spares.pop(other))
-            target = self._target()
+            target = self._target(device)
             missing = max(0, target - len(self._spares.get(key, [])))
         for old in stale:
             discard(old)

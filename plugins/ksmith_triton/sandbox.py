@@ -32,7 +32,6 @@ def scrubbed_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
     """The parent's environment without any variable whose name mentions a key, token, secret or password."""
     env = {k: v for k, v in os.environ.items() if not any(m in k.upper() for m in SECRET_MARKERS)}
     env.pop("TRITON_INTERPRET", None)
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
     env["PYTHONUNBUFFERED"] = "1"
     env.update(extra or {})
     return env
@@ -81,7 +80,8 @@ class Child:
         warm_device: str | None = None,
     ) -> None:
         """Start the worker. With ``job=None`` it starts idle (imports done, waiting): ``start(job)`` later.
-        ``warm_device`` lets an idle candidate worker also initialise CUDA before its job arrives."""
+        ``warm_device`` ("cuda" or "cpu") has an idle candidate worker warm up for that device (CUDA context,
+        Triton launch path) before its job arrives."""
         self.nonce = secrets.token_hex(16)
         self.scratch = scratch
         self.rss_limit_mb = rss_limit_mb

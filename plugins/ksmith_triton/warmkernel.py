@@ -1,11 +1,15 @@
-"""A kernel of the harness's own, run by an idle candidate worker before its job arrives.
+"""A kernel of the harness's own, launched by an idle candidate worker before its job arrives.
 
-Its first launch in a process loads Triton's backend, its launcher and the CUDA driver glue, which would
-otherwise be paid inside the candidate's first call. It lives in its own module so that a candidate's
-module-level code never shares a namespace with it.
+Its first launch in a process loads Triton's backend, its launcher and the CUDA driver glue, and, launched
+under the guards' ``TorchDispatchMode``, the parts of torch that a kernel launch inside a dispatch mode
+imports lazily (``torch._higher_order_ops.triton_kernel_wrap``, which pulls in dynamo and sympy: seconds).
+Otherwise all of that would be paid inside the candidate's first call. It lives in its own module so that a
+candidate's module-level code never shares a namespace with it.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import triton
 import triton.language as tl
@@ -17,11 +21,20 @@ def _fill(out_ptr, value, n, BLOCK: tl.constexpr):
     tl.store(out_ptr + offsets, value, mask=offsets < n)
 
 
-def run_warm_kernel() -> None:
+def _launch(out: Any) -> Any:
+    _fill[(1,)](out, 1.0, out.numel(), BLOCK=64)
+    return out
+
+
+def run_warm_kernel(device: str) -> None:
+    """Launch the kernel once through the same guarded path a candidate's forward takes, and check it."""
     import torch
 
-    out = torch.empty(64, device="cuda")
-    _fill[(1,)](out, 1.0, out.numel(), BLOCK=64)
-    torch.cuda.synchronize()
+    from ksmith_triton.guards import Guards
+
+    out = torch.zeros(64, device=device)
+    Guards(frozenset(), device).run_forward(_launch, [out])  # never installed: only its dispatch mode
+    if device == "cuda":
+        torch.cuda.synchronize()
     if float(out.sum()) != 64.0:
-        raise RuntimeError("the warm-up kernel computed a wrong result: this GPU's Triton path is broken")
+        raise RuntimeError("the warm-up kernel computed a wrong result: Triton on this device is broken")

@@ -682,21 +682,21 @@ def measure_ceilings(problem: types.ModuleType, device: str, command: dict[str, 
 
 def warm_up(device: str | None) -> None:
     """What every candidate worker needs, done before its job arrives (see ``pool.py``): the imports, and on
-    a GPU the CUDA context and Triton's whole compile-and-launch path, by running a kernel of the harness's
-    own (compiled once per Triton cache, then loaded from it)."""
+    a GPU the CUDA context, and Triton's whole launch path, by running a kernel of the harness's own under
+    the guards' dispatch mode (see ``warmkernel.py``)."""
     import time
 
     import torch
     import triton  # noqa: F401
 
     from ksmith_triton import guards, timing  # noqa: F401
+    from ksmith_triton.warmkernel import run_warm_kernel
 
     STEPS["started"] = time.monotonic()
     if device == "cuda":
         torch.cuda.init()
-        from ksmith_triton.warmkernel import run_warm_kernel
-
-        run_warm_kernel()
+    if device in ("cuda", "cpu"):
+        run_warm_kernel(device)
     STEPS["warm"] = time.monotonic()
 
 

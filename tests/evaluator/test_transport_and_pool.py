@@ -114,6 +114,7 @@ def test_gpu_lock_is_shared_between_work_and_exclusive_for_timing(tmp_path, monk
 
 def test_spares_start_from_the_second_evaluation_and_serve_one_candidate_each(monkeypatch):
     monkeypatch.delenv("KSMITH_WARM_WORKERS", raising=False)
+    monkeypatch.setattr("os.cpu_count", lambda: 4)  # room for two spares on the CPU
     pool = WarmPool()
     env = {"CUDA_VISIBLE_DEVICES": "", "TRITON_INTERPRET": "1"}
     try:
