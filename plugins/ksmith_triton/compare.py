@@ -1,12 +1,14 @@
 """Comparing a candidate's outputs with the reference's, and refusing references that cannot judge anything.
 
 Runs in the reference process, on its device: the reference outputs stay where they were computed, and the
-candidate's outputs arrive as raw bytes in files its worker wrote, read here against the shapes and dtypes
-it declared (sizes checked, nothing unpickled). The candidate's process never holds a reference output.
+candidate's outputs arrive either as CUDA IPC handles (GPU outputs: mapped in place, nothing copied) or as
+raw bytes in files its worker wrote, read here against the shapes and dtypes it declared (sizes checked,
+nothing unpickled). The candidate's process never holds a reference output.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,30 +57,63 @@ def _dtype(name: str) -> Any:
 
 def load_outputs(report: dict[str, Any], directory: Path, device: str) -> Outputs:
     """The outputs a candidate worker described in ``report`` (files in ``directory``), on ``device``."""
-    import math
-
     import numpy as np
     import torch
 
     tensors, devices = [], []
     for item in report["outputs"]:
-        name = str(item["file"])
-        path = directory / name
-        if "/" in name or name.startswith(".") or path.is_symlink():
-            raise ValueError(f"output file {name!r} is not a plain file of the worker's")
         dtype = _dtype(item["dtype"])
         shape = [int(n) for n in item["shape"]]
         if any(n < 0 for n in shape):
             raise ValueError(f"negative size in shape {shape}")
         nbytes = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+        devices.append(str(item["device"]))
+        if "ipc" in item:
+            if device != "cuda":
+                raise ValueError("a CUDA IPC handle where no GPU is in use")
+            tensors.append(_from_cuda_ipc(item["ipc"], dtype, shape, nbytes))
+            continue
+        name = str(item["file"])
+        path = directory / name
+        if "/" in name or name.startswith(".") or path.is_symlink():
+            raise ValueError(f"output file {name!r} is not a plain file of the worker's")
         size = path.stat().st_size
         if size != nbytes:
             raise ValueError(f"{name} holds {size} bytes; shape {shape} of {dtype} needs {nbytes}")
         raw = torch.from_numpy(np.fromfile(path, dtype=np.uint8))
         tensor = raw.view(dtype).reshape(shape) if nbytes else torch.empty(shape, dtype=dtype)
         tensors.append(tensor.to(device))
-        devices.append(str(item["device"]))
     return Outputs(str(report["structure"]), tensors, devices)
+
+
+def _from_cuda_ipc(ipc: dict[str, Any], dtype: Any, shape: list[int], nbytes: int) -> Any:
+    """Map a candidate worker's GPU output (its memory, read in place; torch's own IPC machinery keeps the
+    producer's block alive until this mapping is released)."""
+    import base64
+
+    import torch
+
+    def raw(key: str) -> bytes | None:
+        value = ipc.get(key)
+        return base64.b64decode(value) if value else None
+
+    element = torch.empty((), dtype=dtype).element_size()
+    offset = int(ipc["element_offset"])
+    if offset < 0 or (offset * element + nbytes) > int(ipc["storage_bytes"]):
+        raise ValueError("the shared output is smaller than its declared shape")
+    storage = torch.UntypedStorage._new_shared_cuda(
+        int(ipc["device"]),
+        raw("handle"),
+        int(ipc["storage_bytes"]),
+        int(ipc["storage_offset_bytes"]),
+        raw("ref_counter"),
+        int(ipc["ref_counter_offset"]),
+        raw("event"),
+        bool(ipc["event_sync"]),
+    )
+    typed = torch.storage.TypedStorage(wrap_storage=storage, dtype=dtype, _internal=True)
+    stride = [math.prod(shape[i + 1 :]) for i in range(len(shape))]
+    return torch._utils._rebuild_tensor(typed, offset, tuple(shape), tuple(stride))
 
 
 @dataclass

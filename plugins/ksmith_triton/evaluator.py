@@ -22,6 +22,7 @@ evaluations overlap with each other but never with a timed loop (``locks.py``).
 from __future__ import annotations
 
 import atexit
+import os
 import secrets
 import threading
 import time
@@ -347,6 +348,9 @@ class Evaluation:
             "timing_seeds": timing_seeds,
             "allowed_ops": sorted(self.problem.allowed_ops),
             "memory_limit_mb": opts.memory_limit_mb,
+            # GPU outputs reach the reference process through CUDA IPC; "files" copies them through
+            # /dev/shm instead (slower; for platforms where IPC is not allowed).
+            "transport": os.environ.get("KSMITH_OUTPUT_TRANSPORT", "ipc"),
         }
         child.start(job)
         worker = reference_worker(self.problem, self.device, self.gpu, self.small)
@@ -477,11 +481,11 @@ class Evaluation:
         failed = self.failed_report(report, child, "timing")
         if failed is not None:
             return failed
-        child.kill()  # it has reported everything; its output files stay in the scratch directory
         clock = time.monotonic()
         timed = report["timed"]
         judged = self._judge_outputs(worker, child, self._job["timing_seeds"], timed, "timed input set")
         phases["timed_outputs_judge"] = round(time.monotonic() - clock, 3)
+        child.kill()  # only now: its GPU outputs were read in place
         if isinstance(judged, Verdict):
             return judged
         failed = self.failed_comparison(judged, len(self._job["timing_seeds"]), timed=True)

@@ -35,6 +35,7 @@ class WarmPool:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._spares: dict[tuple[Any, ...], list[Child]] = {}
+        self._starting: dict[tuple[Any, ...], int] = {}  # spawns decided but not yet in _spares
         self._in_flight = 0
         self._peak = 0
         self._taken = 0
@@ -82,7 +83,8 @@ class WarmPool:
             for other in [k for k in self._spares if k[2] != key[2]]:  # the environment moved on
                 stale.extend(self._spares.pop(other))
             target = self._target(device)
-            missing = max(0, target - len(self._spares.get(key, [])))
+            missing = max(0, target - len(self._spares.get(key, [])) - self._starting.get(key, 0))
+            self._starting[key] = self._starting.get(key, 0) + missing  # concurrent takes see these
         for old in stale:
             discard(old)
         if child is None:
@@ -90,8 +92,9 @@ class WarmPool:
         else:
             self.reused += 1
         fresh = [self._spawn(device, env_extra) for _ in range(missing)]
-        if fresh:
+        if missing:
             with self._lock:
+                self._starting[key] -= missing
                 self._spares.setdefault(key, []).extend(fresh)
         return child
 

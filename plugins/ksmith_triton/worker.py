@@ -138,24 +138,46 @@ def flatten_outputs(out: Any) -> tuple[str, list[Any]]:
     return structure, items
 
 
-def save_outputs(out_dir: Path, stem: str, structure: str, tensors: list[Any]) -> dict[str, Any]:
-    """Each output's raw bytes in its own file (a plain copy, no pickling), described for the reader."""
+# Outputs handed to the reference process through CUDA IPC must stay alive here until it has judged them.
+SHARED_OUTPUTS: list[Any] = []
+
+
+def save_outputs(
+    out_dir: Path, stem: str, structure: str, tensors: list[Any], share_cuda: bool = False
+) -> dict[str, Any]:
+    """Describe each output for the reader: GPU tensors as CUDA IPC handles when ``share_cuda`` (nothing is
+    copied; the reference process maps the memory), anything else as its raw bytes in a file of its own (a
+    plain copy, no pickling)."""
+    import base64
+
     import torch
 
-    files = []
+    described = []
     for index, tensor in enumerate(tensors):
-        path = out_dir / f"{stem}_{index}.bin"
-        raw = tensor.detach().contiguous().reshape(-1).view(torch.uint8).to("cpu")
-        raw.numpy().tofile(path)
-        files.append(
-            {
-                "file": path.name,
-                "device": str(tensor.device),
-                "dtype": str(tensor.dtype),
-                "shape": list(tensor.shape),
+        item = {"device": str(tensor.device), "dtype": str(tensor.dtype), "shape": list(tensor.shape)}
+        data = tensor.detach().contiguous()
+        if share_cuda and data.is_cuda and data.numel() > 0:
+            device, handle, size, offset, counter, counter_offset, event, event_sync = (
+                data.untyped_storage()._share_cuda_()
+            )
+            SHARED_OUTPUTS.append(data)
+            item["ipc"] = {
+                "device": device,
+                "handle": base64.b64encode(handle).decode(),
+                "storage_bytes": size,
+                "storage_offset_bytes": offset,
+                "ref_counter": base64.b64encode(counter).decode(),
+                "ref_counter_offset": counter_offset,
+                "event": base64.b64encode(event).decode() if event else None,
+                "event_sync": bool(event_sync),
+                "element_offset": data.storage_offset(),
             }
-        )
-    return {"structure": structure, "outputs": files}
+        else:
+            path = out_dir / f"{stem}_{index}.bin"
+            data.reshape(-1).view(torch.uint8).to("cpu").numpy().tofile(path)
+            item["file"] = path.name
+        described.append(item)
+    return {"structure": structure, "outputs": described}
 
 
 def tensor_bytes(values: list[Any]) -> int:
@@ -305,6 +327,7 @@ def judge_candidate(
         return 0
 
     # -- correctness trials (the parent holds the GPU's shared lock meanwhile) ----------------------------
+    share_cuda = device == "cuda" and job.get("transport", "ipc") == "ipc"
     trials: list[dict[str, Any]] = []
     for index, pristine in enumerate(trial_inputs):
         inputs = staging.load(pristine)
@@ -335,7 +358,7 @@ def judge_candidate(
         mutated = [i for i, (now, before) in enumerate(zip(inputs, pristine)) if not same_value(now, before)]
         trials.append(
             {
-                **save_outputs(out_dir, f"trial_{index}", structure, tensors),
+                **save_outputs(out_dir, f"trial_{index}", structure, tensors, share_cuda),
                 "launches": guards.launches,
                 "mutated_inputs": mutated,
             }
@@ -353,6 +376,7 @@ def judge_candidate(
     command = read_command()
     if command.get("op") != "time":
         return 0
+    SHARED_OUTPUTS.clear()  # judged: the reference process has let go of them
     try:
         samples, last = time_candidate(guards, model, timing_inputs, timers, command, device)
     except BaseException as exc:  # noqa: BLE001
@@ -378,7 +402,7 @@ def judge_candidate(
         except OutputError as exc:
             channel.send("error", status="rejected", reasons=[str(exc)])
             return 0
-        timed.append(save_outputs(out_dir, f"timed_{index}", structure, tensors))
+        timed.append(save_outputs(out_dir, f"timed_{index}", structure, tensors, share_cuda))
     channel.send("timing", samples_ms=samples, timed=timed)
     read_command()
     return 0
@@ -523,6 +547,9 @@ def run_reference(channel: Channel, job: dict[str, Any]) -> int:
             channel.send(op, **handlers[op](problem, device, command))
         except BaseException as exc:  # noqa: BLE001 - reported to the parent, which decides
             channel.send("error", reason=f"{type(exc).__name__}: {exc}", error=format_error(exc))
+        if device == "cuda":
+            # Many of these processes live side by side (one per problem): none keeps its peak's cache.
+            torch.cuda.empty_cache()
 
 
 def reference_info(problem: types.ModuleType, device: str, command: dict[str, Any]) -> dict[str, Any]:

@@ -166,3 +166,43 @@ def test_sequential_evaluations_reuse_warm_workers(reference_cache, monkeypatch)
     assert [v.status.value for v in verdicts] == ["ok", "incorrect", "ok"]
     assert pool_module.POOL.reused - before >= 2
     assert all("candidate_import_and_first_call" in v.details["phases"] for v in verdicts)
+
+
+def test_concurrent_takes_start_no_more_spares_than_the_target(monkeypatch):
+    monkeypatch.setenv("KSMITH_WARM_WORKERS", "2")
+    pool = WarmPool()
+    env = {"CUDA_VISIBLE_DEVICES": "", "TRITON_INTERPRET": "1"}
+    barrier = threading.Barrier(6)
+    taken = []
+
+    def take():
+        barrier.wait()
+        taken.append(pool.take("cpu", env))
+        pool.done()
+
+    threads = [threading.Thread(target=take) for _ in range(6)]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        assert len(taken) == 6
+        assert sum(len(group) for group in pool._spares.values()) <= 2
+        assert pool.spawned <= 6 + 2
+    finally:
+        for child in taken:
+            discard(child)
+        pool.close()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("transport", ["ipc", "files"])
+def test_gpu_outputs_reach_the_reference_by_either_transport(reference_cache, monkeypatch, transport):
+    from evaluator_helpers import quick_options as options
+
+    monkeypatch.setenv("KSMITH_OUTPUT_TRANSPORT", transport)
+    gpu = options(reference_cache, device="cuda", correctness_trials=5, timing_trials=100)
+    good = evaluate(problem("scale_add"), candidate("two_kernels"), gpu)
+    assert good.status.value == "ok", good.reasons
+    bad = evaluate(problem("scale_add"), candidate("off_by_tolerance"), gpu)
+    assert bad.status.value == "incorrect" and bad.details["mismatch"]["max_abs_error"] > 1e-3, bad.reasons
