@@ -11,6 +11,7 @@ stopped (a problem is redone only if its problem file or candidate changed).
 
 from __future__ import annotations
 
+import time
 import json
 import math
 import os
@@ -193,6 +194,7 @@ class Bench:
         from ksmith_core.engine import Engine
 
         run_dir = self.out_dir / "runs" / problem.name
+        started = time.monotonic()
         if (run_dir / "run.sqlite").exists():
             engine = Engine.resume(run_dir, {"budget": self.config.budget})
             result = engine.evolve(None)
@@ -205,6 +207,7 @@ class Bench:
         extra |= {
             "run_dir": str(run_dir),
             "evaluations": result.evaluations,
+            "evolve_seconds": round(time.monotonic() - started, 1),  # this session's wall clock on the device
             "seed_speedup": seed.verdict.speedup if seed else None,
             "seed_speedup_vs_compile": seed.verdict.speedup_vs_compile if seed else None,
         }
