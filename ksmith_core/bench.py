@@ -11,10 +11,10 @@ stopped (a problem is redone only if its problem file or candidate changed).
 
 from __future__ import annotations
 
-import time
 import json
 import math
 import os
+import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
