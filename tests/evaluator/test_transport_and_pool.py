@@ -206,3 +206,34 @@ def test_gpu_outputs_reach_the_reference_by_either_transport(reference_cache, mo
     assert good.status.value == "ok", good.reasons
     bad = evaluate(problem("scale_add"), candidate("off_by_tolerance"), gpu)
     assert bad.status.value == "incorrect" and bad.details["mismatch"]["max_abs_error"] > 1e-3, bad.reasons
+
+
+def test_candidates_are_spread_over_the_visible_gpus(monkeypatch, tmp_path):
+    """Without a GPU here, the assignment itself: round-robin over the visible GPUs, each child pinned to one
+    physical GPU, one independent lock per GPU, and spares kept per GPU."""
+    from ksmith_core.model import EvalOptions
+    from ksmith_triton import evaluator
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
+    monkeypatch.setattr(locks, "visible_gpu_count", lambda: 2)
+    monkeypatch.setattr(locks, "lock_dir", lambda: tmp_path)
+    prob, cand = problem("scale_add"), candidate("scale_add_ok")
+    gpus = [evaluator.Evaluation(prob, cand, EvalOptions(device="cuda")).gpu for _ in range(4)]
+    assert sorted(gpus) == ["3", "3", "5", "5"] and gpus[0] != gpus[1]
+    assert evaluator.child_env("cuda", "5") == {"CUDA_VISIBLE_DEVICES": "5"}
+    assert evaluator.Evaluation(prob, cand, EvalOptions(device="cuda", gpu_index=1)).gpu == "5"
+
+    with locks.device_lock("cuda", "3"):  # timing on one GPU does not hold up the other
+        done = threading.Event()
+
+        def time_other():
+            with locks.device_lock("cuda", "5"):
+                done.set()
+
+        thread = threading.Thread(target=time_other)
+        thread.start()
+        assert done.wait(5)
+        thread.join(5)
+    # Spares of two GPUs share an environment key, so taking for one never retires the other's.
+    assert _key("cuda", {"CUDA_VISIBLE_DEVICES": "3"})[2] == _key("cuda", {"CUDA_VISIBLE_DEVICES": "5"})[2]
+    assert _key("cuda", {"CUDA_VISIBLE_DEVICES": "3"}) != _key("cuda", {"CUDA_VISIBLE_DEVICES": "5"})
