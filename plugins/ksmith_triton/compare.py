@@ -21,6 +21,7 @@ DEGENERATE_FRACTION = 0.70
 UNCHANGED_ACROSS_SEEDS_FRACTION = 0.95
 # "Near" is relative to the output's own scale, so small-valued outputs (a long softmax row) are not "zero".
 NEAR_RELATIVE = 1e-5
+IPC_REF_COUNTERS = 10000  # entries in one torch IPC reference-counter file (CUDA_IPC_REF_COUNTER_FILE_SIZE)
 MEAN_CHECK_MIN_NUMEL = 16
 
 
@@ -57,7 +58,6 @@ def _dtype(name: str) -> Any:
 
 def load_outputs(report: dict[str, Any], directory: Path, device: str) -> Outputs:
     """The outputs a candidate worker described in ``report`` (files in ``directory``), on ``device``."""
-    import numpy as np
     import torch
 
     tensors, devices = [], []
@@ -74,16 +74,39 @@ def load_outputs(report: dict[str, Any], directory: Path, device: str) -> Output
             tensors.append(_from_cuda_ipc(item["ipc"], dtype, shape, nbytes))
             continue
         name = str(item["file"])
-        path = directory / name
-        if "/" in name or name.startswith(".") or path.is_symlink():
+        if "/" in name or name.startswith(".") or directory.is_symlink():
             raise ValueError(f"output file {name!r} is not a plain file of the worker's")
-        size = path.stat().st_size
-        if size != nbytes:
-            raise ValueError(f"{name} holds {size} bytes; shape {shape} of {dtype} needs {nbytes}")
-        raw = torch.from_numpy(np.fromfile(path, dtype=np.uint8))
+        raw = _read_regular_file(directory / name, nbytes)
         tensor = raw.view(dtype).reshape(shape) if nbytes else torch.empty(shape, dtype=dtype)
         tensors.append(tensor.to(device))
     return Outputs(str(report["structure"]), tensors, devices)
+
+
+def _read_regular_file(path: Path, nbytes: int) -> Any:
+    """Exactly ``nbytes`` from a regular file, refusing links, FIFOs and devices (nothing that could block)."""
+    import os
+    import stat
+
+    import torch
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as exc:  # a symlink (ELOOP), missing, unreadable
+        raise ValueError(
+            f"output file {path.name!r} is not a plain file of the worker's ({exc.strerror})"
+        ) from exc
+    with os.fdopen(fd, "rb") as handle:
+        status = os.fstat(handle.fileno())
+        if not stat.S_ISREG(status.st_mode):
+            raise ValueError(f"output file {path.name!r} is not a plain file of the worker's")
+        if status.st_size != nbytes:
+            raise ValueError(f"{path.name} holds {status.st_size} bytes; {nbytes} are declared")
+        if nbytes == 0:
+            return torch.empty(0, dtype=torch.uint8)
+        buffer = bytearray(nbytes)
+        if handle.readinto(buffer) != nbytes:
+            raise ValueError(f"{path.name} ended early")
+    return torch.frombuffer(buffer, dtype=torch.uint8)
 
 
 def _from_cuda_ipc(ipc: dict[str, Any], dtype: Any, shape: list[int], nbytes: int) -> Any:
@@ -101,6 +124,8 @@ def _from_cuda_ipc(ipc: dict[str, Any], dtype: Any, shape: list[int], nbytes: in
     offset = int(ipc["element_offset"])
     if offset < 0 or (offset * element + nbytes) > int(ipc["storage_bytes"]):
         raise ValueError("the shared output is smaller than its declared shape")
+    if int(ipc["storage_offset_bytes"]) < 0 or not 0 <= int(ipc["ref_counter_offset"]) < IPC_REF_COUNTERS:
+        raise ValueError("the shared output's handle fields are out of range")
     storage = torch.UntypedStorage._new_shared_cuda(
         int(ipc["device"]),
         raw("handle"),
@@ -108,8 +133,8 @@ def _from_cuda_ipc(ipc: dict[str, Any], dtype: Any, shape: list[int], nbytes: in
         int(ipc["storage_offset_bytes"]),
         raw("ref_counter"),
         int(ipc["ref_counter_offset"]),
-        raw("event"),
-        bool(ipc["event_sync"]),
+        raw("event") or b"",  # must be bytes; never waited on: the worker synchronised before reporting
+        False,
     )
     typed = torch.storage.TypedStorage(wrap_storage=storage, dtype=dtype, _internal=True)
     stride = [math.prod(shape[i + 1 :]) for i in range(len(shape))]
@@ -132,11 +157,12 @@ def compare_outputs(
 ) -> Comparison:
 
     where = f" ({label})" if label else ""
-    if got.structure != expected.structure:
+    if got.structure != expected.structure or len(got.tensors) != len(expected.tensors):
         return Comparison(
             False,
             [
-                f"OUTPUT_STRUCTURE: forward returned {got.structure}, the reference {expected.structure}{where}"
+                f"OUTPUT_STRUCTURE: forward returned {got.structure} ({len(got.tensors)} tensors), the "
+                f"reference {expected.structure} ({len(expected.tensors)}){where}"
             ],
             {"expected": expected.structure, "got": got.structure},
         )

@@ -43,7 +43,7 @@ from ksmith_core.model import (
 from ksmith_triton import PROTOCOL_VERSION
 from ksmith_triton.compare import tolerance_table
 from ksmith_triton.locks import choose_gpu, device_lock, gpu_work, physical_gpu
-from ksmith_triton.pool import POOL
+from ksmith_triton.pool import POOL, discard
 from ksmith_triton.refcache import ReferenceCache
 from ksmith_triton.roofline import roofline_fraction
 from ksmith_triton.sandbox import Child, ChildExit, private_dir, remove_tree
@@ -53,6 +53,7 @@ TIMING_SETS = {"cuda": 3, "cpu": 2}
 CPU_TIMING_TRIALS = 3
 CPU_WARMUP = 1
 REFERENCE_TIMEOUT_S = 900.0
+JUDGE_TIMEOUT_MIN_S = 60.0  # judging one candidate's outputs takes at most this or the candidate's timeout
 MAX_REFERENCE_WORKERS = 16  # warm reference processes kept; the least recently used one goes first
 OUTPUT_TAIL_IN_DETAILS = 1500
 
@@ -130,8 +131,9 @@ class ReferenceWorker:
     ) -> dict[str, Any]:
         """Reference outputs for ``seeds``, and the candidate's output files (described by ``got``) judged
         against them; see ``worker.reference_judge``."""
+        timeout_s = options.pop("timeout_s", REFERENCE_TIMEOUT_S)
         return self.request(
-            "judge", init_seed=init_seed, seeds=seeds, got=got, directory=str(directory), **options
+            "judge", timeout_s, init_seed=init_seed, seeds=seeds, got=got, directory=str(directory), **options
         )
 
     def close(self) -> None:
@@ -328,11 +330,11 @@ class Evaluation:
         try:
             child.rss_limit_mb = self.options.memory_limit_mb
             (child.scratch / "candidate.py").write_text(self.candidate.source, encoding="utf-8")
+            (child.scratch / "outputs").mkdir(mode=0o700)
             return self._run(child)
         finally:
             POOL.done()
-            child.kill()
-            remove_tree(child.scratch)
+            discard(child)
 
     def _run(self, child: Child) -> Verdict:
         opts = self.options
@@ -427,6 +429,7 @@ class Evaluation:
                     label=label,
                     tolerances=tolerances,
                     degenerate_check=degenerate_check,
+                    timeout_s=max(JUDGE_TIMEOUT_MIN_S, self.options.timeout_s),
                 )
         except ProblemError:
             if self.device != "cuda":

@@ -87,16 +87,25 @@ class WarmPool:
             self._starting[key] = self._starting.get(key, 0) + missing  # concurrent takes see these
         for old in stale:
             discard(old)
-        if child is None:
-            child = self._spawn(device, env_extra)
-        else:
-            self.reused += 1
-        fresh = [self._spawn(device, env_extra) for _ in range(missing)]
-        if missing:
+        fresh: list[Child] = []
+        try:
+            for _ in range(missing):
+                fresh.append(self._spawn(device, env_extra))
+        except OSError:
+            pass  # no spares this time (file descriptors, /dev/shm): evaluation goes on without them
+        finally:
             with self._lock:
                 self._starting[key] -= missing
-                self._spares.setdefault(key, []).extend(fresh)
-        return child
+                if fresh:
+                    self._spares.setdefault(key, []).extend(fresh)
+        if child is not None:
+            self.reused += 1
+            return child
+        try:
+            return self._spawn(device, env_extra)
+        except BaseException:
+            self.done()
+            raise
 
     def done(self) -> None:
         with self._lock:
@@ -113,6 +122,19 @@ class WarmPool:
 def discard(child: Child) -> None:
     child.kill()
     remove_tree(child.scratch)
+    remove_shared_memory(child.proc.pid)
+
+
+def remove_shared_memory(pid: int) -> None:
+    """The reference-counter files torch creates in /dev/shm for a process that shares CUDA memory; killed
+    processes never unlink their own."""
+    import glob
+
+    for path in glob.glob(f"/dev/shm/torch_{pid}_*"):
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
 
 
 POOL = WarmPool()

@@ -155,8 +155,10 @@ def save_outputs(
     described = []
     for index, tensor in enumerate(tensors):
         item = {"device": str(tensor.device), "dtype": str(tensor.dtype), "shape": list(tensor.shape)}
-        data = tensor.detach().contiguous()
-        if share_cuda and data.is_cuda and data.numel() > 0:
+        if share_cuda and tensor.is_cuda and tensor.numel() > 0:
+            # A copy of its own: the reference reads it after later trials, which may reuse the candidate's
+            # buffers (or return views of the staged inputs).
+            data = tensor.detach().clone(memory_format=torch.contiguous_format)
             device, handle, size, offset, counter, counter_offset, event, event_sync = (
                 data.untyped_storage()._share_cuda_()
             )
@@ -174,9 +176,11 @@ def save_outputs(
             }
         else:
             path = out_dir / f"{stem}_{index}.bin"
-            data.reshape(-1).view(torch.uint8).to("cpu").numpy().tofile(path)
+            tensor.detach().contiguous().reshape(-1).view(torch.uint8).to("cpu").numpy().tofile(path)
             item["file"] = path.name
         described.append(item)
+    if share_cuda and SHARED_OUTPUTS:
+        torch.cuda.synchronize()  # the copies are complete before anyone is told where they are
     return {"structure": structure, "outputs": described}
 
 

@@ -237,3 +237,27 @@ def test_candidates_are_spread_over_the_visible_gpus(monkeypatch, tmp_path):
     # Spares of two GPUs share an environment key, so taking for one never retires the other's.
     assert _key("cuda", {"CUDA_VISIBLE_DEVICES": "3"})[2] == _key("cuda", {"CUDA_VISIBLE_DEVICES": "5"})[2]
     assert _key("cuda", {"CUDA_VISIBLE_DEVICES": "3"}) != _key("cuda", {"CUDA_VISIBLE_DEVICES": "5"})
+
+
+def test_fewer_outputs_than_the_reference_never_pass():
+    from ksmith_triton.compare import Outputs, compare_outputs
+
+    reference = Outputs("tuple:2", [torch.ones(3), torch.ones(3)])
+    lookup = tolerances({"default": [1e-4, 1e-4]})
+    assert not compare_outputs(Outputs("tuple:2", [torch.ones(3)]), reference, "cpu", lookup).correct
+    assert not compare_outputs(
+        Outputs("tensor", []), Outputs("tensor", [torch.ones(3)]), "cpu", lookup
+    ).correct
+
+
+def test_output_reader_refuses_fifos_and_a_symlinked_directory(tmp_path: Path):
+    import os
+
+    report = save_outputs(tmp_path, "trial_0", "tensor", [torch.empty(0)])
+    item = report["outputs"][0]
+    os.mkfifo(tmp_path / "pipe.bin")  # a reader that opened this would wait forever
+    with pytest.raises(ValueError, match="plain file"):
+        load_outputs({**report, "outputs": [{**item, "file": "pipe.bin"}]}, tmp_path, "cpu")
+    (tmp_path / "linked").symlink_to(tmp_path)
+    with pytest.raises(ValueError, match="plain file"):
+        load_outputs(report, tmp_path / "linked", "cpu")
