@@ -73,6 +73,7 @@ class ReferenceWorker:
         self.child: Child | None = None
         self.info: dict[str, Any] = {}
         self._info_pending = False
+        self.closed = False  # retired from the table of warm workers
 
     def _spawn(self) -> Child:
         """Start the process and ask for its facts; the answer is read with the first request."""
@@ -124,6 +125,8 @@ class ReferenceWorker:
             result = child.wait_message(op, timeout_s)
             if not isinstance(result, dict) or result.get("kind") != op:
                 self._fail(result, f"answering {op!r}")
+            if self.closed:  # retired while an evaluation still used it: the process it revived goes too
+                self._close_now()
             return result  # type: ignore[return-value]
 
     def judge(
@@ -137,8 +140,13 @@ class ReferenceWorker:
         )
 
     def close(self) -> None:
+        self.closed = True
+        self._close_now()
+
+    def _close_now(self) -> None:
         if self.child:
             self.child.kill()  # it holds nothing worth a graceful exit
+            self.child = None
         remove_tree(self.dir)
 
 

@@ -261,3 +261,12 @@ def test_output_reader_refuses_fifos_and_a_symlinked_directory(tmp_path: Path):
     (tmp_path / "linked").symlink_to(tmp_path)
     with pytest.raises(ValueError, match="plain file"):
         load_outputs(report, tmp_path / "linked", "cpu")
+
+
+def test_a_retired_reference_worker_revived_by_an_evaluation_is_closed_after_it(reference_cache):
+    from ksmith_triton.evaluator import ReferenceWorker
+
+    worker = ReferenceWorker(problem("scale_add"), "cpu", None, True)
+    worker.close()  # retired from the table while an evaluation still holds it
+    assert worker.request("info")["kind"] == "info"  # the evaluation still gets its answer
+    assert worker.child is None and not worker.dir.exists()  # and nothing is left running or on disk
