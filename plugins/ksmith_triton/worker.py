@@ -58,8 +58,19 @@ class Channel:
 def read_command() -> dict[str, Any]:
     line = sys.stdin.readline()
     if not line:
+        PARENT_GONE.append(True)
         return {"op": "exit"}
     return json.loads(line)
+
+
+PARENT_GONE: list[bool] = []  # set when stdin closed: nobody will remove this worker's directory
+
+
+def remove_own_directory() -> None:
+    """The parent died without cleaning up (kill -9): the worker's private working directory goes with it."""
+    import shutil
+
+    shutil.rmtree(os.getcwd(), ignore_errors=True)
 
 
 def format_error(exc: BaseException) -> str:
@@ -745,6 +756,7 @@ def main(argv: list[str]) -> int:
         warm_up(argv[2] if len(argv) > 2 else None)
     line = sys.stdin.readline()
     if not line:  # an idle spare whose parent is gone
+        remove_own_directory()
         return 0
     if role == "candidate":
         STEPS["job"] = time.monotonic()
@@ -752,9 +764,14 @@ def main(argv: list[str]) -> int:
     channel = Channel(fd, job.pop("nonce"))
     if job.get("device") == "cpu" and role == "candidate":
         os.environ["TRITON_INTERPRET"] = "1"
-    if role == "candidate":
-        return run_candidate(channel, job)
-    return run_reference(channel, job)
+    try:
+        code = run_candidate(channel, job) if role == "candidate" else run_reference(channel, job)
+    except BrokenPipeError:  # the report channel's reader is gone: so is the parent
+        PARENT_GONE.append(True)
+        code = 0
+    if PARENT_GONE:
+        remove_own_directory()
+    return code
 
 
 if __name__ == "__main__":

@@ -150,6 +150,7 @@ def test_a_spare_whose_parent_goes_away_exits(monkeypatch):
     try:
         child.proc.stdin.close()  # what the parent's death does to its end of the pipe
         assert child.proc.wait(timeout=60) == 0
+        assert not child.scratch.exists()  # nobody else is left to remove its directory
     finally:
         discard(child)
 
