@@ -79,6 +79,15 @@ def stability(problem_path: Path, candidate_path: Path, options: Any, repeats: i
     return {"problem": str(problem_path), "candidate": str(candidate_path), "runs": runs, "spread": spread}
 
 
+def median_details(verdicts: list[Any], field: str) -> dict[str, float]:
+    """Median of each number in ``details[field]`` over the verdicts that have it."""
+    found: dict[str, list[float]] = {}
+    for verdict in verdicts:
+        for name, value in verdict.details.get(field, {}).items():
+            found.setdefault(name, []).append(value)
+    return {name: statistics.median(values) for name, values in sorted(found.items())}
+
+
 THROUGHPUT_PROBLEMS = (
     "relu",
     "gelu_tanh",
@@ -157,20 +166,8 @@ def throughput(
     statuses: dict[str, int] = {}
     for verdict in verdicts:
         statuses[verdict.status.value] = statuses.get(verdict.status.value, 0) + 1
-    phase_names = sorted({name for v in verdicts for name in v.details.get("phases", {})})
-    phases = {
-        name: statistics.median(
-            v.details["phases"][name] for v in verdicts if name in v.details.get("phases", {})
-        )
-        for name in phase_names
-    }
-    step_names = sorted({name for v in verdicts for name in v.details.get("worker_steps", {})})
-    steps = {
-        name: statistics.median(
-            v.details["worker_steps"][name] for v in verdicts if name in v.details.get("worker_steps", {})
-        )
-        for name in step_names
-    }
+    phases = median_details(verdicts, "phases")
+    steps = median_details(verdicts, "worker_steps")
     per_minute = len(verdicts) / seconds * 60.0
     return {
         "evaluations": len(verdicts),

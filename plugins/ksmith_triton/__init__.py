@@ -1,7 +1,7 @@
 """ksmith built-in plugin: the Triton / NVIDIA evaluation backend.
 
 Every candidate runs in a killable child process (``python -m ksmith_triton.worker``); reference outputs come
-from a separate reference process the candidate never reaches, and are compared in the driver. See
+from a separate reference process the candidate never reaches, which also judges the outputs. See
 ``evaluator.py`` for the protocol, ``guards.py`` for the anti-hacking checks made inside the child.
 """
 

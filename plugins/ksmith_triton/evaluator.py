@@ -1,4 +1,4 @@
-"""The evaluation protocol, run in the driver: spawn, compare, time, judge.
+"""The evaluation protocol, run in the driver: spawn, have the outputs judged, time, give the verdict.
 
 One evaluation:
 
@@ -130,11 +130,16 @@ class ReferenceWorker:
             return result  # type: ignore[return-value]
 
     def judge(
-        self, init_seed: int, seeds: list[int], got: list[dict[str, Any]], directory: Path, **options: Any
+        self,
+        init_seed: int,
+        seeds: list[int],
+        got: list[dict[str, Any]],
+        directory: Path,
+        timeout_s: float = REFERENCE_TIMEOUT_S,
+        **options: Any,
     ) -> dict[str, Any]:
         """Reference outputs for ``seeds``, and the candidate's output files (described by ``got``) judged
         against them; see ``worker.reference_judge``."""
-        timeout_s = options.pop("timeout_s", REFERENCE_TIMEOUT_S)
         return self.request(
             "judge", timeout_s, init_seed=init_seed, seeds=seeds, got=got, directory=str(directory), **options
         )

@@ -102,13 +102,23 @@ def _gate(gpu: str | None) -> _Gate:
 
 
 @contextlib.contextmanager
-def _flock(gpu: str | None, mode: int) -> Iterator[None]:
-    with open(lock_dir() / f"cuda-{gpu}.lock", "a+") as handle:
-        fcntl.flock(handle, mode)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+def _gpu_lock(gpu: str | None, exclusive: bool) -> Iterator[None]:
+    """This process's gate first (so waiting timers go first here), then the flock shared across processes."""
+    gate = _gate(gpu)
+    if exclusive:
+        acquire, release, mode = gate.acquire_exclusive, gate.release_exclusive, fcntl.LOCK_EX
+    else:
+        acquire, release, mode = gate.acquire_shared, gate.release_shared, fcntl.LOCK_SH
+    acquire()
+    try:
+        with open(lock_dir() / f"cuda-{gpu}.lock", "a+") as handle:
+            fcntl.flock(handle, mode)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+    finally:
+        release()
 
 
 @contextlib.contextmanager
@@ -122,13 +132,8 @@ def device_lock(device: str, gpu: str | None) -> Iterator[None]:
         with _cpu_timing_lock:
             yield
         return
-    gate = _gate(gpu)
-    gate.acquire_exclusive()
-    try:
-        with _flock(gpu, fcntl.LOCK_EX):
-            yield
-    finally:
-        gate.release_exclusive()
+    with _gpu_lock(gpu, exclusive=True):
+        yield
 
 
 @contextlib.contextmanager
@@ -137,10 +142,5 @@ def gpu_work(device: str, gpu: str | None) -> Iterator[None]:
     if device != "cuda":
         yield
         return
-    gate = _gate(gpu)
-    gate.acquire_shared()
-    try:
-        with _flock(gpu, fcntl.LOCK_SH):
-            yield
-    finally:
-        gate.release_shared()
+    with _gpu_lock(gpu, exclusive=False):
+        yield
