@@ -3,7 +3,9 @@
 Per problem: status, speedup vs eager and vs torch.compile, roofline fraction. Summary: correct rate,
 fast_0 and fast_1 against both references (KernelBench's fast_p: the fraction of problems that are correct
 *and* faster than the reference by more than p), and the mean and geometric mean speedup over correct
-problems.
+problems. Where the evaluator measured a roofline, rows also say whether the problem is memory- or
+compute-bound and how close torch.compile itself is to the ceiling; the summary groups by bound and gives the
+headroom (the geometric-mean speedup over torch.compile that kernels at the roofline would reach).
 
 Results are appended to ``OUT/results.jsonl`` one problem at a time, so an interrupted bench resumes where it
 stopped (a problem is redone only if its problem file or candidate changed).
@@ -74,6 +76,31 @@ def _geomean(values: list[float]) -> float | None:
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
 
 
+def compile_roofline_fraction(row: dict[str, Any]) -> float | None:
+    """torch.compile's own roofline fraction, from the candidate's fraction and its speedup over torch.compile."""
+    fraction, vs_compile = row.get("roofline_fraction"), row.get("speedup_vs_compile")
+    return fraction / vs_compile if fraction and vs_compile else None
+
+
+def _headroom(rows: list[dict[str, Any]]) -> float | None:
+    """The geometric-mean speedup over torch.compile that kernels at the measured roofline would reach.
+
+    It bounds what any kernel can show on these problems: a suite whose torch.compile kernels already run near
+    the hardware's ceiling leaves no room for a large mean speedup over it, however good the search.
+    """
+    return _geomean([1.0 / f for f in map(compile_roofline_fraction, rows) if f])
+
+
+def _bound_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    compiled = [r["speedup_vs_compile"] for r in rows if r.get("speedup_vs_compile")]
+    return {
+        "problems": sorted(r["problem"] for r in rows),
+        "geomean_speedup_eager": _geomean([r["speedup"] for r in rows if r.get("speedup")]),
+        "geomean_speedup_compile": _geomean(compiled),
+        "headroom_geomean_vs_compile": _headroom(rows),
+    }
+
+
 def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
     n = len(rows)
     correct = [r for r in rows if r["status"] == "ok"]
@@ -95,6 +122,12 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "geomean_speedup_eager": _geomean(eager),
         "mean_speedup_compile": sum(compiled) / len(compiled) if compiled else None,
         "geomean_speedup_compile": _geomean(compiled),
+        "headroom_geomean_vs_compile": _headroom(correct),
+        "by_bound": {
+            bound: _bound_summary([r for r in correct if r.get("roofline_bound") == bound])
+            for bound in ("memory", "compute")
+            if any(r.get("roofline_bound") == bound for r in correct)
+        },
         "slower_than_compile": sorted(
             r["problem"] for r in correct if (r.get("speedup_vs_compile") or 2) < 1.0
         ),
@@ -115,6 +148,7 @@ def _row(
         "speedup": verdict.speedup if verdict else None,
         "speedup_vs_compile": verdict.speedup_vs_compile if verdict else None,
         "roofline_fraction": verdict.roofline_fraction if verdict else None,
+        "roofline_bound": verdict.details.get("roofline_bound") if verdict else None,
         "runtime_ms": verdict.runtime_ms if verdict else None,
         "reference_ms": verdict.reference_ms if verdict else None,
         "interpreted": verdict.interpreted if verdict else False,
@@ -122,6 +156,7 @@ def _row(
         "reasons": list(verdict.reasons) if verdict else ["NO_CANDIDATE: no ModelNew beside the problem"],
     }
     row.update(extra)
+    row["compile_roofline_fraction"] = compile_roofline_fraction(row)
     return row
 
 

@@ -601,6 +601,11 @@ def _print_bench(result) -> None:
         f"{_fmt_x(s['geomean_speedup_compile'])} vs compile"
         + (" [interpreted CPU timings]" if s["interpreted"] else "")
     )
+    for bound, group in s.get("by_bound", {}).items():
+        console.print(
+            f"{bound}-bound ({len(group['problems'])}): geomean {_fmt_x(group['geomean_speedup_compile'])} vs "
+            f"compile; kernels at the roofline would reach {_fmt_x(group['headroom_geomean_vs_compile'])}"
+        )
     if s["slower_than_compile"]:
         console.print("slower than torch.compile: " + ", ".join(s["slower_than_compile"]))
 

@@ -45,7 +45,7 @@ from ksmith_triton.compare import tolerance_table
 from ksmith_triton.locks import choose_gpu, device_lock, gpu_work, physical_gpu
 from ksmith_triton.pool import POOL, discard
 from ksmith_triton.refcache import ReferenceCache
-from ksmith_triton.roofline import roofline_fraction
+from ksmith_triton.roofline import roofline_bound, roofline_fraction
 from ksmith_triton.sandbox import Child, ChildExit, private_dir, remove_tree
 
 SUSPICIOUS_SPEEDUP = 10.0
@@ -575,11 +575,15 @@ class Evaluation:
         )
         fraction = None
         if "ceilings" in reference and meta:
-            fraction = roofline_fraction(
-                runtime.median_ms,
-                meta.get("input_bytes", 0) + meta.get("output_bytes", 0),
+            bytes_moved = meta.get("input_bytes", 0) + meta.get("output_bytes", 0)
+            ceilings = reference["ceilings"]
+            fraction = roofline_fraction(runtime.median_ms, bytes_moved, meta.get("flops", 0.0), ceilings)
+            # Which floor binds tells a bench whether a problem counts as memory- or compute-bound.
+            self.details["roofline_bound"] = roofline_bound(
+                bytes_moved,
                 meta.get("flops", 0.0),
-                reference["ceilings"],
+                ceilings.get("bandwidth_bytes_s", 0.0),
+                ceilings.get("flops_s", 0.0),
             )
         reasons: list[str] = []
         if speedup is not None and speedup > SUSPICIOUS_SPEEDUP:

@@ -15,6 +15,15 @@ def floor_ms(bytes_moved: float, flops: float, bandwidth_bytes_s: float, flops_s
     return seconds * 1e3
 
 
+def roofline_bound(bytes_moved: float, flops: float, bandwidth_bytes_s: float, flops_s: float) -> str | None:
+    """``"memory"`` or ``"compute"``: which of the two floors is the higher one (None if neither is known)."""
+    memory = bytes_moved / bandwidth_bytes_s if bandwidth_bytes_s > 0 else 0.0
+    compute = flops / flops_s if flops_s > 0 else 0.0
+    if memory <= 0 and compute <= 0:
+        return None
+    return "memory" if memory >= compute else "compute"
+
+
 def roofline_fraction(
     runtime_ms: float, bytes_moved: float, flops: float, ceilings: dict[str, float]
 ) -> float | None:

@@ -38,6 +38,39 @@ def test_summary_follows_kernelbench_fast_p():
     assert s["slower_than_compile"] == ["b", "d"]
 
 
+def test_summary_groups_by_bound_and_bounds_what_any_kernel_could_show():
+    # b: torch.compile at 0.5 of the roofline (room for 2x); a: at 0.9; c: compute-bound.
+    rows = [
+        {"problem": "a", "status": "ok", "speedup": 1.0, "speedup_vs_compile": 1.0,
+         "roofline_fraction": 0.9, "roofline_bound": "memory"},
+        {"problem": "b", "status": "ok", "speedup": 1.0, "speedup_vs_compile": 0.8,
+         "roofline_fraction": 0.4, "roofline_bound": "memory"},
+        {"problem": "c", "status": "ok", "speedup": 0.5, "speedup_vs_compile": 0.5,
+         "roofline_fraction": 0.3, "roofline_bound": "compute"},
+        {"problem": "d", "status": "incorrect", "speedup": None, "speedup_vs_compile": None,
+         "roofline_fraction": None, "roofline_bound": "memory"},
+    ]
+    s = summarise(rows)
+    memory = s["by_bound"]["memory"]
+    assert memory["problems"] == ["a", "b"]  # incorrect rows do not count
+    assert memory["geomean_speedup_compile"] == pytest.approx(math.sqrt(0.8))
+    assert memory["headroom_geomean_vs_compile"] == pytest.approx(math.sqrt((1 / 0.9) * 2.0))
+    assert s["by_bound"]["compute"]["headroom_geomean_vs_compile"] == pytest.approx(1 / 0.6)
+    assert s["headroom_geomean_vs_compile"] == pytest.approx(((1 / 0.9) * 2.0 * (1 / 0.6)) ** (1 / 3))
+    # Rows without a measured roofline (CPU, interpreter) give no grouping rather than a made-up one.
+    assert summarise([{"problem": "x", "status": "ok", "speedup": 1.0, "speedup_vs_compile": None}])[
+        "by_bound"
+    ] == {}
+
+
+def test_roofline_bound_names_the_binding_floor():
+    from ksmith_triton.roofline import roofline_bound
+
+    assert roofline_bound(1e9, 1e9, 3e12, 1e15) == "memory"
+    assert roofline_bound(1e6, 1e13, 3e12, 1e15) == "compute"
+    assert roofline_bound(0, 0, 3e12, 1e15) is None
+
+
 def test_bench_evaluates_every_problem_and_resumes(toy_plugin, tmp_path):
     suite = make_suite(tmp_path / "suite", {"fast": 2.0, "slow": 0.5, "unseeded": None})
     paths = collect_problems([suite])
@@ -48,6 +81,9 @@ def test_bench_evaluates_every_problem_and_resumes(toy_plugin, tmp_path):
     assert by_name["fast"]["speedup"] == 2.0 and by_name["slow"]["status"] == "ok"
     assert by_name["unseeded"]["status"] == "no_candidate"
     assert result["summary"]["geomean_speedup_eager"] == pytest.approx(1.0)
+    assert by_name["fast"]["roofline_bound"] == "memory"
+    assert by_name["fast"]["compile_roofline_fraction"] == pytest.approx(0.5)
+    assert result["summary"]["by_bound"]["memory"]["headroom_geomean_vs_compile"] == pytest.approx(2.0)
     assert len(toy_plugin.evaluated) == 2
 
     again = Bench(tmp_path / "out", RunConfig(), evolve=False).run(paths)

@@ -96,6 +96,8 @@ class ToyPlugin:
             reference_eager=ref,
             speedup=speed,
             speedup_vs_compile=speed / 2,
+            roofline_fraction=min(1.0, speed / 4),  # toy ceiling: 4x eager; torch.compile sits at 0.5 of it
+            details={"roofline_bound": "memory"},
             device="toy",
             eval_seconds=0.5,
         )

@@ -186,6 +186,7 @@ def test_gpu_legit_kernel_is_timed_against_both_references(reference_cache):
     assert verdict.runtime.trials >= 100
     assert verdict.speedup and verdict.speedup_vs_compile and verdict.roofline_fraction
     assert 0 < verdict.roofline_fraction <= 1.5
+    assert verdict.details["roofline_bound"] == "memory"  # an elementwise scale-add moves bytes, few FLOPs
 
 
 @pytest.mark.gpu
