@@ -41,14 +41,38 @@ def test_summary_follows_kernelbench_fast_p():
 def test_summary_groups_by_bound_and_bounds_what_any_kernel_could_show():
     # b: torch.compile at 0.5 of the roofline (room for 2x); a: at 0.9; c: compute-bound.
     rows = [
-        {"problem": "a", "status": "ok", "speedup": 1.0, "speedup_vs_compile": 1.0,
-         "roofline_fraction": 0.9, "roofline_bound": "memory"},
-        {"problem": "b", "status": "ok", "speedup": 1.0, "speedup_vs_compile": 0.8,
-         "roofline_fraction": 0.4, "roofline_bound": "memory"},
-        {"problem": "c", "status": "ok", "speedup": 0.5, "speedup_vs_compile": 0.5,
-         "roofline_fraction": 0.3, "roofline_bound": "compute"},
-        {"problem": "d", "status": "incorrect", "speedup": None, "speedup_vs_compile": None,
-         "roofline_fraction": None, "roofline_bound": "memory"},
+        {
+            "problem": "a",
+            "status": "ok",
+            "speedup": 1.0,
+            "speedup_vs_compile": 1.0,
+            "roofline_fraction": 0.9,
+            "roofline_bound": "memory",
+        },
+        {
+            "problem": "b",
+            "status": "ok",
+            "speedup": 1.0,
+            "speedup_vs_compile": 0.8,
+            "roofline_fraction": 0.4,
+            "roofline_bound": "memory",
+        },
+        {
+            "problem": "c",
+            "status": "ok",
+            "speedup": 0.5,
+            "speedup_vs_compile": 0.5,
+            "roofline_fraction": 0.3,
+            "roofline_bound": "compute",
+        },
+        {
+            "problem": "d",
+            "status": "incorrect",
+            "speedup": None,
+            "speedup_vs_compile": None,
+            "roofline_fraction": None,
+            "roofline_bound": "memory",
+        },
     ]
     s = summarise(rows)
     memory = s["by_bound"]["memory"]
@@ -58,9 +82,10 @@ def test_summary_groups_by_bound_and_bounds_what_any_kernel_could_show():
     assert s["by_bound"]["compute"]["headroom_geomean_vs_compile"] == pytest.approx(1 / 0.6)
     assert s["headroom_geomean_vs_compile"] == pytest.approx(((1 / 0.9) * 2.0 * (1 / 0.6)) ** (1 / 3))
     # Rows without a measured roofline (CPU, interpreter) give no grouping rather than a made-up one.
-    assert summarise([{"problem": "x", "status": "ok", "speedup": 1.0, "speedup_vs_compile": None}])[
-        "by_bound"
-    ] == {}
+    assert (
+        summarise([{"problem": "x", "status": "ok", "speedup": 1.0, "speedup_vs_compile": None}])["by_bound"]
+        == {}
+    )
 
 
 def test_roofline_bound_names_the_binding_floor():
