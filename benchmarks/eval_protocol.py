@@ -163,6 +163,24 @@ def throughput(
         started = time.monotonic()
         verdicts = list(pool.map(judge, work))
         seconds = time.monotonic() - started
+    # Isolation: the seeds were timed above while seven other evaluations ran; time them again one at a time.
+    # If other evaluations' GPU work leaked into timed loops, the loaded runtimes would be the slower ones.
+    alone = [evaluate(problem, seed, options) for problem, seed in pairs]
+    seed_ids = {problem.name: seed.id for problem, seed in pairs}
+    loaded = {p.name: v for (p, c), v in zip(work, verdicts) if c.id == seed_ids[p.name]}
+    isolation = []
+    for (problem, _), single in zip(pairs, alone):
+        under_load = loaded.get(problem.name)
+        if under_load is None or not under_load.runtime_ms or not single.runtime_ms:
+            continue
+        isolation.append(
+            {
+                "problem": problem.name,
+                "under_load_ms": under_load.runtime_ms,
+                "alone_ms": single.runtime_ms,
+                "difference": under_load.runtime_ms / single.runtime_ms - 1,
+            }
+        )
     statuses: dict[str, int] = {}
     for verdict in verdicts:
         statuses[verdict.status.value] = statuses.get(verdict.status.value, 0) + 1
@@ -184,12 +202,15 @@ def throughput(
         "median_phase_seconds": phases,
         "median_worker_step_seconds": steps,
         "median_eval_seconds": statistics.median(v.eval_seconds or 0.0 for v in verdicts),
+        "isolation": isolation,
+        "max_isolation_difference": max((abs(r["difference"]) for r in isolation), default=None),
         "per_evaluation": [
             {
                 "problem": p.name,
                 "edit": c.edit,
                 "status": v.status.value,
                 "speedup": v.speedup,
+                "runtime_ms": v.runtime_ms,
                 "eval_seconds": v.eval_seconds,
                 "phases": dict(v.details.get("phases", {})),
                 "reasons": list(v.reasons)[:2],
@@ -331,6 +352,11 @@ def main(argv: list[str] | None = None) -> int:
                 f"statuses {t['statuses']}; median phases {t['median_phase_seconds']}; "
                 f"median worker steps {t['median_worker_step_seconds']}"
             )
+            for row in t["isolation"]:
+                print(
+                    f"    isolation {row['problem']:<16} under load {row['under_load_ms']:.4f} ms, "
+                    f"alone {row['alone_ms']:.4f} ms ({row['difference']:+.2%})"
+                )
 
     if "references" not in args.skip:
         rows = results["references"] = references(problem_files(args.problems), options)

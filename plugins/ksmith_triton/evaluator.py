@@ -42,7 +42,14 @@ from ksmith_core.model import (
 )
 from ksmith_triton import PROTOCOL_VERSION
 from ksmith_triton.compare import tolerance_table
-from ksmith_triton.locks import choose_gpu, device_lock, gpu_work, physical_gpu
+from ksmith_triton.locks import (
+    LOCK_DIR_ENV,
+    choose_gpu,
+    device_lock,
+    gpu_work,
+    lock_dir,
+    physical_gpu,
+)
 from ksmith_triton.pool import POOL, discard
 from ksmith_triton.refcache import ReferenceCache
 from ksmith_triton.roofline import roofline_bound, roofline_fraction
@@ -185,7 +192,7 @@ def close_reference_workers() -> None:
 
 def child_env(device: str, gpu: str | None) -> dict[str, str]:
     if device == "cuda":
-        return {"CUDA_VISIBLE_DEVICES": gpu or "0"}
+        return {"CUDA_VISIBLE_DEVICES": gpu or "0", LOCK_DIR_ENV: str(lock_dir())}
     return {"CUDA_VISIBLE_DEVICES": "", "TRITON_INTERPRET": "1"}
 
 
@@ -543,7 +550,10 @@ class Evaluation:
                     "compile": self.device == "cuda",
                     "token": secrets.token_hex(8),
                 }
-                worker.request("prepare_time", **request)  # torch.compile runs here, with no lock held
+                # torch.compile runs here (seconds, once per problem and GPU); it may benchmark configurations
+                # on the GPU, so it holds the lock shared: it waits for a timing and no timing overlaps it.
+                with gpu_work(self.device, self.gpu):
+                    worker.request("prepare_time", **request)
                 with device_lock(self.device, self.gpu):
                     found = worker.request("time", **request)
                 found = {k: found.get(k) for k in ("eager_ms", "compile_ms", "compile_error")}

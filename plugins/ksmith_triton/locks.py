@@ -1,9 +1,15 @@
 """Which GPU a candidate runs on, and the per-GPU lock that keeps timing alone on its device.
 
-Timing takes the lock exclusively; every other piece of GPU work of an evaluation (correctness trials,
-reference outputs, comparisons) takes it shared, so those overlap each other but never a timed loop. Across
-processes the lock is an flock on one file per GPU; inside this process a gate gives waiting timers priority,
-so a steady stream of correctness work cannot starve them (flock alone has no such preference).
+Timing takes the lock exclusively; every other piece of GPU work of an evaluation takes it shared, so those
+overlap each other but never a timed loop. The driver holds it for the work it asks of a worker (correctness
+trials, reference outputs, comparisons, torch.compile of a reference); a candidate worker holds it itself for
+what it does on its own (creating its CUDA context when it starts as a spare, generating inputs, the first
+call of the candidate), so a spare starting up or a candidate compiling never lands inside another's timing.
+
+Across processes the lock is an flock on one file per GPU, with a second file as a turnstile: a timer holds
+the turnstile while it waits, and every shared holder passes through it first, so waiting timers go before
+new shared work in any process (flock alone has no such preference). Inside one process a gate does the same
+for its threads.
 """
 
 from __future__ import annotations
@@ -49,8 +55,12 @@ def physical_gpu(index: int) -> str:
     return str(index)
 
 
+LOCK_DIR_ENV = "KSMITH_GPU_LOCK_DIR"  # set for workers, so driver and workers lock the same files
+
+
 def lock_dir() -> Path:
-    path = Path(tempfile.gettempdir()) / f"ksmith-locks-{os.getuid()}"
+    configured = os.environ.get(LOCK_DIR_ENV)
+    path = Path(configured) if configured else Path(tempfile.gettempdir()) / f"ksmith-locks-{os.getuid()}"
     path.mkdir(mode=0o700, exist_ok=True)
     return path
 
@@ -111,8 +121,21 @@ def _gpu_lock(gpu: str | None, exclusive: bool) -> Iterator[None]:
         acquire, release, mode = gate.acquire_shared, gate.release_shared, fcntl.LOCK_SH
     acquire()
     try:
-        with open(lock_dir() / f"cuda-{gpu}.lock", "a+") as handle:
-            fcntl.flock(handle, mode)
+        directory = lock_dir()
+        with (
+            open(directory / f"cuda-{gpu}.turnstile", "a+") as turnstile,
+            open(directory / f"cuda-{gpu}.lock", "a+") as handle,
+        ):
+            if exclusive:
+                fcntl.flock(turnstile, fcntl.LOCK_EX)  # shared holders arriving from now on wait here
+                try:
+                    fcntl.flock(handle, mode)
+                finally:
+                    fcntl.flock(turnstile, fcntl.LOCK_UN)
+            else:
+                fcntl.flock(turnstile, fcntl.LOCK_SH)  # passes at once unless a timer waits
+                fcntl.flock(turnstile, fcntl.LOCK_UN)
+                fcntl.flock(handle, mode)
             try:
                 yield
             finally:
@@ -144,3 +167,28 @@ def gpu_work(device: str, gpu: str | None) -> Iterator[None]:
         return
     with _gpu_lock(gpu, exclusive=False):
         yield
+
+
+class WorkerHold:
+    """A worker's own shared hold of its GPU's lock, for setup work it does without being asked.
+
+    The GPU is the one the worker was started on (its CUDA_VISIBLE_DEVICES). Released explicitly, and at the
+    latest when the process ends (flocks die with their process).
+    """
+
+    def __init__(self, device: str | None) -> None:
+        self._held: contextlib.AbstractContextManager | None = None
+        if device == "cuda":
+            self._held = gpu_work(device, os.environ.get("CUDA_VISIBLE_DEVICES") or "0")
+            self._held.__enter__()
+
+    def release(self) -> None:
+        held, self._held = self._held, None
+        if held is not None:
+            held.__exit__(None, None, None)
+
+    def __enter__(self) -> WorkerHold:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()

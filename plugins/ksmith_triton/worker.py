@@ -232,16 +232,21 @@ def is_out_of_memory(exc: BaseException) -> bool:
 def run_candidate(channel: Channel, job: dict[str, Any]) -> int:
     import time
 
+    from ksmith_triton.locks import WorkerHold
+
     set_limits(job)
-    try:
-        prepared = prepare_candidate_run(job)
-        STEPS["prepared"] = time.monotonic()
-    except Exception as exc:  # noqa: BLE001 - the problem (or ksmith) failed before any candidate code ran
-        channel.send(
-            "error", status="setup_error", reason=f"{type(exc).__name__}: {exc}", error=format_error(exc)
-        )
-        return 0
-    return judge_candidate(channel, job, *prepared)
+    # Inputs, the model's weights and the first (compiling) call use the GPU before the driver asks for
+    # anything: held shared until the first call is done, so none of it overlaps another candidate's timing.
+    with WorkerHold(job["device"]) as hold:
+        try:
+            prepared = prepare_candidate_run(job)
+            STEPS["prepared"] = time.monotonic()
+        except Exception as exc:  # noqa: BLE001 - the problem (or ksmith) failed before any candidate code ran
+            channel.send(
+                "error", status="setup_error", reason=f"{type(exc).__name__}: {exc}", error=format_error(exc)
+            )
+            return 0
+        return judge_candidate(channel, job, *prepared, hold=hold)
 
 
 def prepare_candidate_run(job: dict[str, Any]) -> tuple[Any, ...]:
@@ -275,6 +280,7 @@ def judge_candidate(
     input_bytes: int,
     guards: Any,
     timers: dict[str, Any],
+    hold: Any = None,
 ) -> int:
     import importlib.util
     import time
@@ -337,6 +343,8 @@ def judge_candidate(
         )
         return 0
     STEPS["first_call"] = time.monotonic()
+    if hold is not None:
+        hold.release()  # from here on the driver holds the lock for what it asks
     channel.send("ready", steps=step_seconds())
     if read_command().get("op") != "trials":
         return 0
@@ -740,10 +748,13 @@ def warm_up(device: str | None) -> None:
         import torch._higher_order_ops.triton_kernel_wrap  # noqa: F401
     except ImportError:
         pass
-    if device == "cuda":
-        torch.cuda.init()
-    if device in ("cuda", "cpu"):
-        run_warm_kernel(device)
+    from ksmith_triton.locks import WorkerHold
+
+    with WorkerHold(device):  # a CUDA context and a kernel: GPU work that must not overlap a timing
+        if device == "cuda":
+            torch.cuda.init()
+        if device in ("cuda", "cpu"):
+            run_warm_kernel(device)
     STEPS["warm"] = time.monotonic()
 
 

@@ -112,6 +112,62 @@ def test_gpu_lock_is_shared_between_work_and_exclusive_for_timing(tmp_path, monk
     assert inside == ["both"]
 
 
+_LOCK_SCRIPT = """
+import sys, time
+from ksmith_triton import locks
+role, log = sys.argv[1], sys.argv[2]
+def note(text):
+    with open(log, "a") as fh:
+        fh.write(text + "\\n")
+if role == "timer":
+    with locks.device_lock("cuda", "t0"):
+        note("timing")
+        time.sleep(0.3)
+        note("timing done")
+else:
+    with locks.WorkerHold("cuda"):  # a worker's own setup work on its GPU (CUDA_VISIBLE_DEVICES=t0)
+        note("worker setup")
+"""
+
+
+def test_a_waiting_timer_goes_before_new_work_of_other_processes(tmp_path, monkeypatch):
+    """Three processes: this one holds the GPU shared; a timer in another waits; then a worker in a third asks
+    for a shared hold. The worker must wait behind the timer (the turnstile), not slip in beside this one."""
+    import os
+    import subprocess
+    import sys
+
+    monkeypatch.setenv(locks.LOCK_DIR_ENV, str(tmp_path))
+    env = {**os.environ, locks.LOCK_DIR_ENV: str(tmp_path), "CUDA_VISIBLE_DEVICES": "t0"}
+    log = tmp_path / "order.log"
+
+    def start(role):
+        return subprocess.Popen([sys.executable, "-c", _LOCK_SCRIPT, role, str(log)], env=env)
+
+    def wait_for_lock_file_waiters(seconds):
+        time.sleep(seconds)  # long enough for a Python child to import and block on its flock
+
+    with locks.gpu_work("cuda", "t0"):
+        timer = start("timer")
+        wait_for_lock_file_waiters(2.0)
+        worker = start("worker")
+        wait_for_lock_file_waiters(2.0)
+        assert not log.exists()  # neither got in while the GPU was held
+    assert timer.wait(20) == 0 and worker.wait(20) == 0
+    assert log.read_text().splitlines() == ["timing", "timing done", "worker setup"]
+
+
+def test_workers_lock_the_same_files_as_their_driver(monkeypatch, tmp_path):
+    from ksmith_triton.evaluator import child_env
+
+    monkeypatch.setenv(locks.LOCK_DIR_ENV, str(tmp_path))
+    env = child_env("cuda", "3")
+    assert env["CUDA_VISIBLE_DEVICES"] == "3" and env[locks.LOCK_DIR_ENV] == str(tmp_path)
+    assert locks.LOCK_DIR_ENV not in child_env("cpu", None)
+    with locks.WorkerHold("cpu") as hold:  # on the CPU there is no GPU lock to hold
+        assert hold._held is None
+
+
 def test_spares_start_from_the_second_evaluation_and_serve_one_candidate_each(monkeypatch):
     monkeypatch.delenv("KSMITH_WARM_WORKERS", raising=False)
     monkeypatch.setattr("os.cpu_count", lambda: 4)  # room for two spares on the CPU
@@ -221,7 +277,7 @@ def test_candidates_are_spread_over_the_visible_gpus(monkeypatch, tmp_path):
     prob, cand = problem("scale_add"), candidate("scale_add_ok")
     gpus = [evaluator.Evaluation(prob, cand, EvalOptions(device="cuda")).gpu for _ in range(4)]
     assert sorted(gpus) == ["3", "3", "5", "5"] and gpus[0] != gpus[1]
-    assert evaluator.child_env("cuda", "5") == {"CUDA_VISIBLE_DEVICES": "5"}
+    assert evaluator.child_env("cuda", "5")["CUDA_VISIBLE_DEVICES"] == "5"
     assert evaluator.Evaluation(prob, cand, EvalOptions(device="cuda", gpu_index=1)).gpu == "5"
 
     with locks.device_lock("cuda", "3"):  # timing on one GPU does not hold up the other
