@@ -126,3 +126,39 @@ def test_bench_evolve_records_start_and_end(toy_plugin, tmp_path):
     assert row["mode"] == "evolve" and row["evaluations"] == 4
     assert row["seed_speedup"] == 1.0
     assert math.isclose(row["speedup"], 1.75)
+
+
+def test_bench_table_prints_a_row_per_problem_and_lets_later_files_replace_rows(tmp_path, capsys):
+    import importlib.util
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_table.py"
+    spec = importlib.util.spec_from_file_location("bench_table", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+
+    def row(problem, vs_compile, bound="memory"):
+        return {
+            "problem": problem,
+            "status": "ok",
+            "speedup": 1.5,
+            "speedup_vs_compile": vs_compile,
+            "roofline_fraction": 0.5 * vs_compile,
+            "roofline_bound": bound,
+            "compile_roofline_fraction": 0.5,
+            "evaluations": 16,
+        }
+
+    first, later = tmp_path / "all.jsonl", tmp_path / "longer.jsonl"
+    first.write_text(
+        "".join(json.dumps(r) + "\n" for r in [row("a", 0.8), row("b", 1.25), row("c", 0.5, "compute")])
+    )
+    later.write_text(json.dumps(row("a", 1.25)) + "\n")
+    assert module.main([str(first), str(later), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["by_bound"]["memory"]["geomean_speedup_compile"] == pytest.approx(1.25)  # a's later row
+    assert summary["by_bound"]["memory"]["headroom_geomean_vs_compile"] == pytest.approx(2.0)
+    assert module.main([str(first)]) == 0
+    table = capsys.readouterr().out
+    assert sum(line.startswith("| ") for line in table.splitlines()) == 4  # header + three problems
+    assert "memory-bound (2 problems)" in table and "slower than torch.compile: a, c" in table
