@@ -48,6 +48,7 @@ from ksmith_triton.locks import (
     device_lock,
     gpu_work,
     lock_dir,
+    lock_wait_s,
     physical_gpu,
 )
 from ksmith_triton.pool import POOL, discard
@@ -379,6 +380,13 @@ class Evaluation:
         worker.warm()  # its start-up overlaps the candidate's; it computes nothing until asked below
         phases = self.details.setdefault("phases", {})  # seconds per phase, for whoever tunes throughput
 
+        # Waiting for the GPU (a spare still starting, other holders of the lock) is not the candidate's time.
+        clock = time.monotonic()
+        report = child.wait_message("holding", opts.timeout_s + lock_wait_s())
+        phases["candidate_waiting_for_gpu"] = round(time.monotonic() - clock, 3)
+        failed = self.failed_report(report, child, "waiting for the GPU")
+        if failed is not None:
+            return failed
         clock = time.monotonic()
         report = child.wait_message("ready", opts.timeout_s)
         phases["candidate_import_and_first_call"] = round(time.monotonic() - clock, 3)

@@ -20,8 +20,10 @@ import itertools
 import os
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 _round_robin = itertools.count()
 _round_robin_lock = threading.Lock()
@@ -58,11 +60,54 @@ def physical_gpu(index: int) -> str:
 LOCK_DIR_ENV = "KSMITH_GPU_LOCK_DIR"  # set for workers, so driver and workers lock the same files
 
 
+LOCK_WAIT_ENV = "KSMITH_GPU_LOCK_WAIT_S"
+DEFAULT_LOCK_WAIT_S = (
+    900.0  # far beyond any legitimate holder (a timed loop, a first call within its timeout)
+)
+
+
+class GpuLockTimeout(RuntimeError):
+    """The GPU's lock was not free within the wait limit: something holds it far longer than ksmith would."""
+
+
+def lock_wait_s() -> float:
+    try:
+        return max(1.0, float(os.environ.get(LOCK_WAIT_ENV, DEFAULT_LOCK_WAIT_S)))
+    except ValueError:
+        return DEFAULT_LOCK_WAIT_S
+
+
 def lock_dir() -> Path:
     configured = os.environ.get(LOCK_DIR_ENV)
-    path = Path(configured) if configured else Path(tempfile.gettempdir()) / f"ksmith-locks-{os.getuid()}"
+    # Absolute: workers run in their own scratch directory and must reach the same files.
+    path = (
+        Path(configured).resolve()
+        if configured
+        else Path(tempfile.gettempdir()) / f"ksmith-locks-{os.getuid()}"
+    )
     path.mkdir(mode=0o700, exist_ok=True)
     return path
+
+
+def _busy(gpu: str | None, waited: float) -> GpuLockTimeout:
+    return GpuLockTimeout(
+        f"GPU_BUSY: waited {waited:.0f} s for the lock of GPU {gpu} (limit {LOCK_WAIT_ENV}); something holds it "
+        "far longer than any evaluation step"
+    )
+
+
+def _flock(handle: Any, mode: int, deadline: float, gpu: str | None, started: float) -> None:
+    """flock with a deadline: polled without blocking (a few ms apart), so no waiter can hang forever."""
+    delay = 0.0005
+    while True:
+        try:
+            fcntl.flock(handle, mode | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                raise _busy(gpu, time.monotonic() - started) from None
+            time.sleep(delay)
+            delay = min(0.005, delay * 2)
 
 
 _cpu_timing_lock = threading.Lock()
@@ -77,29 +122,40 @@ class _Gate:
         self._writing = False
         self._writers_waiting = 0
 
-    def acquire_shared(self) -> None:
+    def acquire_shared(self, deadline: float = float("inf")) -> bool:
         with self._cond:
             while self._writing or self._writers_waiting:
-                self._cond.wait()
+                if not self._cond.wait(_remaining(deadline)):
+                    return False
             self._readers += 1
+            return True
 
     def release_shared(self) -> None:
         with self._cond:
             self._readers -= 1
             self._cond.notify_all()
 
-    def acquire_exclusive(self) -> None:
+    def acquire_exclusive(self, deadline: float = float("inf")) -> bool:
         with self._cond:
             self._writers_waiting += 1
-            while self._writing or self._readers:
-                self._cond.wait()
-            self._writers_waiting -= 1
-            self._writing = True
+            try:
+                while self._writing or self._readers:
+                    if not self._cond.wait(_remaining(deadline)):
+                        return False
+                self._writing = True
+                return True
+            finally:
+                self._writers_waiting -= 1
+                self._cond.notify_all()
 
     def release_exclusive(self) -> None:
         with self._cond:
             self._writing = False
             self._cond.notify_all()
+
+
+def _remaining(deadline: float) -> float | None:
+    return None if deadline == float("inf") else max(0.0, deadline - time.monotonic())
 
 
 _gates: dict[str, _Gate] = {}
@@ -113,13 +169,19 @@ def _gate(gpu: str | None) -> _Gate:
 
 @contextlib.contextmanager
 def _gpu_lock(gpu: str | None, exclusive: bool) -> Iterator[None]:
-    """This process's gate first (so waiting timers go first here), then the flock shared across processes."""
+    """This process's gate first (so waiting timers go first here), then the flocks shared across processes.
+
+    Raises GpuLockTimeout if the lock is not free within ``lock_wait_s()``.
+    """
     gate = _gate(gpu)
     if exclusive:
         acquire, release, mode = gate.acquire_exclusive, gate.release_exclusive, fcntl.LOCK_EX
     else:
         acquire, release, mode = gate.acquire_shared, gate.release_shared, fcntl.LOCK_SH
-    acquire()
+    started = time.monotonic()
+    deadline = started + lock_wait_s()
+    if not acquire(deadline):
+        raise _busy(gpu, time.monotonic() - started)
     try:
         directory = lock_dir()
         with (
@@ -127,15 +189,16 @@ def _gpu_lock(gpu: str | None, exclusive: bool) -> Iterator[None]:
             open(directory / f"cuda-{gpu}.lock", "a+") as handle,
         ):
             if exclusive:
-                fcntl.flock(turnstile, fcntl.LOCK_EX)  # shared holders arriving from now on wait here
+                _flock(turnstile, fcntl.LOCK_EX, deadline, gpu, started)  # shared holders arriving now wait
                 try:
-                    fcntl.flock(handle, mode)
+                    _flock(handle, mode, deadline, gpu, started)
                 finally:
                     fcntl.flock(turnstile, fcntl.LOCK_UN)
             else:
-                fcntl.flock(turnstile, fcntl.LOCK_SH)  # passes at once unless a timer waits
+                # Passes at once unless a timer waits.
+                _flock(turnstile, fcntl.LOCK_SH, deadline, gpu, started)
                 fcntl.flock(turnstile, fcntl.LOCK_UN)
-                fcntl.flock(handle, mode)
+                _flock(handle, mode, deadline, gpu, started)
             try:
                 yield
             finally:

@@ -232,12 +232,23 @@ def is_out_of_memory(exc: BaseException) -> bool:
 def run_candidate(channel: Channel, job: dict[str, Any]) -> int:
     import time
 
-    from ksmith_triton.locks import WorkerHold
+    from ksmith_triton.locks import GpuLockTimeout, WorkerHold
 
     set_limits(job)
     # Inputs, the model's weights and the first (compiling) call use the GPU before the driver asks for
     # anything: held shared until the first call is done, so none of it overlaps another candidate's timing.
-    with WorkerHold(job["device"]) as hold:
+    try:
+        hold = WorkerHold(job["device"])
+    except (GpuLockTimeout, OSError) as exc:  # not the candidate's doing: no candidate code has run
+        channel.send(
+            "error",
+            status="crashed",
+            reason=str(exc) if isinstance(exc, GpuLockTimeout) else f"GPU_LOCK: {exc}",
+        )
+        return 0
+    # The driver's clock for the import and first call starts here, not while another holder kept us waiting.
+    channel.send("holding")
+    with hold:
         try:
             prepared = prepare_candidate_run(job)
             STEPS["prepared"] = time.monotonic()
@@ -748,13 +759,16 @@ def warm_up(device: str | None) -> None:
         import torch._higher_order_ops.triton_kernel_wrap  # noqa: F401
     except ImportError:
         pass
-    from ksmith_triton.locks import WorkerHold
+    from ksmith_triton.locks import GpuLockTimeout, WorkerHold
 
-    with WorkerHold(device):  # a CUDA context and a kernel: GPU work that must not overlap a timing
-        if device == "cuda":
-            torch.cuda.init()
-        if device in ("cuda", "cpu"):
-            run_warm_kernel(device)
+    try:
+        with WorkerHold(device):  # a CUDA context and a kernel: GPU work that must not overlap a timing
+            if device == "cuda":
+                torch.cuda.init()
+            if device in ("cuda", "cpu"):
+                run_warm_kernel(device)
+    except GpuLockTimeout:
+        pass  # left cold; the job's own hold waits again and reports a GPU that stays busy
     STEPS["warm"] = time.monotonic()
 
 

@@ -125,14 +125,23 @@ if role == "timer":
         time.sleep(0.3)
         note("timing done")
 else:
+    note("worker waiting")
     with locks.WorkerHold("cuda"):  # a worker's own setup work on its GPU (CUDA_VISIBLE_DEVICES=t0)
         note("worker setup")
 """
 
 
+def _until(condition, seconds=20.0):
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "timed out waiting for the other process"
+        time.sleep(0.02)
+
+
 def test_a_waiting_timer_goes_before_new_work_of_other_processes(tmp_path, monkeypatch):
     """Three processes: this one holds the GPU shared; a timer in another waits; then a worker in a third asks
     for a shared hold. The worker must wait behind the timer (the turnstile), not slip in beside this one."""
+    import fcntl
     import os
     import subprocess
     import sys
@@ -144,17 +153,57 @@ def test_a_waiting_timer_goes_before_new_work_of_other_processes(tmp_path, monke
     def start(role):
         return subprocess.Popen([sys.executable, "-c", _LOCK_SCRIPT, role, str(log)], env=env)
 
-    def wait_for_lock_file_waiters(seconds):
-        time.sleep(seconds)  # long enough for a Python child to import and block on its flock
+    def timer_holds_turnstile():
+        with open(tmp_path / "cuda-t0.turnstile", "a+") as probe:
+            try:
+                fcntl.flock(probe, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return True
+            fcntl.flock(probe, fcntl.LOCK_UN)
+            return False
+
+    def lines():
+        return log.read_text().splitlines() if log.exists() else []
 
     with locks.gpu_work("cuda", "t0"):
         timer = start("timer")
-        wait_for_lock_file_waiters(2.0)
+        _until(timer_holds_turnstile)  # the timer is waiting for this process's shared hold
         worker = start("worker")
-        wait_for_lock_file_waiters(2.0)
-        assert not log.exists()  # neither got in while the GPU was held
+        _until(lambda: "worker waiting" in lines())
+        time.sleep(0.5)
+        assert lines() == ["worker waiting"]  # neither got in while the GPU was held
     assert timer.wait(20) == 0 and worker.wait(20) == 0
-    assert log.read_text().splitlines() == ["timing", "timing done", "worker setup"]
+    assert lines() == ["worker waiting", "timing", "timing done", "worker setup"]
+
+
+def test_a_lock_held_too_long_is_reported_not_waited_for_forever(tmp_path, monkeypatch):
+    import fcntl
+
+    monkeypatch.setenv(locks.LOCK_DIR_ENV, str(tmp_path))
+    monkeypatch.setenv(locks.LOCK_WAIT_ENV, "1")
+    with open(tmp_path / "cuda-t1.lock", "a+") as stuck:  # another process's hold (a separate open file)
+        fcntl.flock(stuck, fcntl.LOCK_SH)
+        started = time.monotonic()
+        with pytest.raises(locks.GpuLockTimeout, match="GPU_BUSY"):
+            with locks.device_lock("cuda", "t1"):
+                pass
+        assert 0.9 < time.monotonic() - started < 10
+        with locks.gpu_work("cuda", "t1"):  # shared work still passes beside a shared holder
+            pass
+    with locks.device_lock("cuda", "t1"):  # and the turnstile was left open for the next timer
+        pass
+
+    # Inside one process the gate times out the same way.
+    with locks.device_lock("cuda", "t2"):
+        with pytest.raises(locks.GpuLockTimeout):
+            with locks.gpu_work("cuda", "t2"):
+                pass
+
+
+def test_a_relative_lock_directory_is_made_absolute(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(locks.LOCK_DIR_ENV, "locks-here")
+    assert locks.lock_dir() == tmp_path / "locks-here"
 
 
 def test_workers_lock_the_same_files_as_their_driver(monkeypatch, tmp_path):
@@ -272,8 +321,8 @@ def test_candidates_are_spread_over_the_visible_gpus(monkeypatch, tmp_path):
     from ksmith_triton import evaluator
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
+    monkeypatch.setenv(locks.LOCK_DIR_ENV, str(tmp_path))
     monkeypatch.setattr(locks, "visible_gpu_count", lambda: 2)
-    monkeypatch.setattr(locks, "lock_dir", lambda: tmp_path)
     prob, cand = problem("scale_add"), candidate("scale_add_ok")
     gpus = [evaluator.Evaluation(prob, cand, EvalOptions(device="cuda")).gpu for _ in range(4)]
     assert sorted(gpus) == ["3", "3", "5", "5"] and gpus[0] != gpus[1]
