@@ -162,3 +162,30 @@ def test_bench_table_prints_a_row_per_problem_and_lets_later_files_replace_rows(
     table = capsys.readouterr().out
     assert sum(line.startswith("| ") for line in table.splitlines()) == 4  # header + three problems
     assert "memory-bound (2 problems)" in table and "slower than torch.compile: a, c" in table
+
+
+def test_bench_table_on_the_terminal_names_each_bound_and_its_headroom(capsys):
+    from ksmith_core.cli import _print_bench
+
+    rows = [
+        {
+            "problem": "a",
+            "status": "ok",
+            "speedup": 1.2,
+            "speedup_vs_compile": 0.9,
+            "roofline_fraction": 0.45,
+            "roofline_bound": "memory",
+        },
+        {
+            "problem": "c",
+            "status": "ok",
+            "speedup": 0.5,
+            "speedup_vs_compile": 0.5,
+            "roofline_fraction": 0.3,
+            "roofline_bound": "compute",
+        },
+    ]
+    _print_bench({"rows": rows, "summary": summarise(rows)})
+    out = " ".join(capsys.readouterr().out.split())  # rich wraps long lines at the terminal's width
+    assert "memory-bound (1): geomean 0.900x vs compile; kernels at the roofline would reach 2.000x" in out
+    assert "compute-bound (1)" in out and "slower than torch.compile: a, c" in out
