@@ -66,7 +66,7 @@ def load_outputs(report: dict[str, Any], directory: Path, device: str) -> Output
         shape = [int(n) for n in item["shape"]]
         if any(n < 0 for n in shape):
             raise ValueError(f"negative size in shape {shape}")
-        nbytes = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+        nbytes = math.prod(shape) * dtype.itemsize
         devices.append(str(item["device"]))
         if "ipc" in item:
             if device != "cuda":
@@ -120,9 +120,8 @@ def _from_cuda_ipc(ipc: dict[str, Any], dtype: Any, shape: list[int], nbytes: in
         value = ipc.get(key)
         return base64.b64decode(value) if value else None
 
-    element = torch.empty((), dtype=dtype).element_size()
     offset = int(ipc["element_offset"])
-    if offset < 0 or (offset * element + nbytes) > int(ipc["storage_bytes"]):
+    if offset < 0 or (offset * dtype.itemsize + nbytes) > int(ipc["storage_bytes"]):
         raise ValueError("the shared output is smaller than its declared shape")
     if int(ipc["storage_offset_bytes"]) < 0 or not 0 <= int(ipc["ref_counter_offset"]) < IPC_REF_COUNTERS:
         raise ValueError("the shared output's handle fields are out of range")

@@ -5,8 +5,8 @@ One evaluation:
 1. Fresh seeds from ``secrets`` for the model's weights, every correctness trial and every timing input set.
 2. The candidate's worker (a child process, started ahead of need: ``pool.py``) builds the problem from its
    source text, generates all inputs from those seeds, installs the guards, imports the candidate and calls
-   it once (Triton compiles here, with no lock held). On the driver's word it runs each trial and writes its
-   outputs.
+   it once (Triton compiles here; the worker holds the GPU lock shared until then). On the driver's word it
+   runs each trial and writes its outputs.
 3. Only then does the problem's reference worker compute reference outputs for the same seeds and judge the
    candidate's output files against them on the device: the candidate runs first and in another process, so
    it can neither read nor disturb them.

@@ -58,12 +58,9 @@ def physical_gpu(index: int) -> str:
 
 
 LOCK_DIR_ENV = "KSMITH_GPU_LOCK_DIR"  # set for workers, so driver and workers lock the same files
-
-
 LOCK_WAIT_ENV = "KSMITH_GPU_LOCK_WAIT_S"
-DEFAULT_LOCK_WAIT_S = (
-    900.0  # far beyond any legitimate holder (a timed loop, a first call within its timeout)
-)
+# Far beyond any legitimate holder (a timed loop, a first call within its timeout).
+DEFAULT_LOCK_WAIT_S = 900.0
 
 
 class GpuLockTimeout(RuntimeError):

@@ -333,7 +333,7 @@ def judge_candidate(
         return report_forward_error(channel, guards, exc, "constructing ModelNew")
     STEPS["imported"] = time.monotonic()
 
-    # -- a first call, outside the trials: Triton compiles here, while no GPU lock is held -------------------
+    # -- a first call, outside the trials: Triton compiles here, under this worker's own shared hold --------
     out_dir = Path("outputs")
     out_dir.mkdir(exist_ok=True)
     staging = Staging(trial_inputs[0])
@@ -655,7 +655,8 @@ def prepare_reference_timing(
     problem: types.ModuleType, device: str, command: dict[str, Any]
 ) -> dict[str, Any]:
     """Model, inputs and the torch.compile'd model, called once each: compilation (seconds of CPU) happens
-    here, outside the device's timing lock; ``time`` then measures what was prepared."""
+    here, under the shared lock rather than the exclusive timing lock; ``time`` then measures what was
+    prepared."""
     import torch
 
     while len(_prepared_timing) >= 4:  # prepared by requests that never came back to time it
