@@ -1,3 +1,10 @@
+"""Flash attention: a program per BLOCK_M queries of one head, streaming K and V in BLOCK_N blocks.
+
+One pass over the keys: Q K^T and P V are tl.dot products, and an online softmax (fp32 running row max
+and sum) rescales the fp32 accumulator, which is divided by the row sum once at the end. The kernel is
+shared with causal_attention; CAUSAL is off here.
+"""
+
 import torch
 import torch.nn as nn
 import triton

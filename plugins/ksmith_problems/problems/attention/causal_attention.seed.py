@@ -1,3 +1,10 @@
+"""Causal flash attention: a program per BLOCK_M queries of one head, streaming K, V up to the diagonal.
+
+Key blocks past the program's last query row are skipped and scores above the diagonal set to -inf.
+Otherwise as in attention: Q K^T and P V by tl.dot, an online softmax with fp32 running max, sum and
+accumulator, one division by the row sum at the end.
+"""
+
 import torch
 import torch.nn as nn
 import triton

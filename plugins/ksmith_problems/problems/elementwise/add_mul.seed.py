@@ -1,3 +1,5 @@
+"""Elementwise (x + y) * z: one program per BLOCK_SIZE chunk of the flat tensors, three loads, one store."""
+
 import torch
 import torch.nn as nn
 import triton

@@ -1,3 +1,8 @@
+"""GEGLU: a program per (row, BLOCK_SIZE columns) loads gate and up halves and stores gelu(gate) * up.
+
+The GELU is the exact erf form; the input's last dim holds the gate half, then the up half.
+"""
+
 import torch
 import torch.nn as nn
 import triton

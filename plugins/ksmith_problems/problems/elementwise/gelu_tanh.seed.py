@@ -1,3 +1,8 @@
+"""Tanh GELU: one program per BLOCK_SIZE chunk of the flattened input, storing x * sigmoid(2u).
+
+u = sqrt(2/pi) * (x + 0.044715 x^3); 0.5 x (1 + tanh(u)) equals x * sigmoid(2u).
+"""
+
 import torch
 import torch.nn as nn
 import triton

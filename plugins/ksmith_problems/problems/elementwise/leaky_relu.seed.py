@@ -1,3 +1,5 @@
+"""Leaky ReLU: one program per BLOCK_SIZE chunk of the flat input, x if x >= 0 else x * negative_slope."""
+
 import torch
 import torch.nn as nn
 import triton

@@ -1,3 +1,5 @@
+"""ReLU: one program per BLOCK_SIZE chunk of the flattened input, one load and one store of max(x, 0)."""
+
 import torch
 import torch.nn as nn
 import triton

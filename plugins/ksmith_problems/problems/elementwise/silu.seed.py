@@ -1,3 +1,5 @@
+"""SiLU: one program per BLOCK_SIZE chunk of the flattened input, one load and one store of x * sigmoid(x)."""
+
 import torch
 import torch.nn as nn
 import triton

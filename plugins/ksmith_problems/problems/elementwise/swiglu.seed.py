@@ -1,3 +1,5 @@
+"""SwiGLU: one program per BLOCK_SIZE chunk of the flattened gate and up tensors, storing silu(gate) * up."""
+
 import torch
 import torch.nn as nn
 import triton

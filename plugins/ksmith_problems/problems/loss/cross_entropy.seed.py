@@ -1,3 +1,9 @@
+"""Row cross-entropy: one program per row, one online log-sum-exp pass, minus the gathered target logit.
+
+The running max and rescaled sum are kept per lane in fp32 and merged across lanes after the pass, so
+the logits are read once.
+"""
+
 import torch
 import torch.nn as nn
 import triton

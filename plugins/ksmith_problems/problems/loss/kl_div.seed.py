@@ -1,3 +1,9 @@
+"""KL divergence, two launches: programs sum q (log q - log p) over grid-strided blocks into partials.
+
+Up to 1024 programs each take every P-th BLOCK_SIZE block of the flattened inputs (terms with q == 0
+count as 0, as in F.kl_div); a single program then adds the partials and divides by the batch size.
+"""
+
 import torch
 import torch.nn as nn
 import triton

@@ -1,3 +1,9 @@
+"""Smooth L1 loss, two launches: programs sum beta-1 Huber terms over grid-strided blocks into partials.
+
+Up to 1024 programs each take every P-th BLOCK_SIZE block of the flattened inputs; a single program
+then adds the partials and divides by the element count.
+"""
+
 import torch
 import torch.nn as nn
 import triton

@@ -1,3 +1,9 @@
+"""Batched tiled matmul: a program per BLOCK_M x BLOCK_N tile of one batch, tl.dot over K in BLOCK_K steps.
+
+Grid: (tiles of one matrix, batch). Accumulation is fp32, and tiles are ordered in groups of GROUP_M
+tile rows so programs running together reuse the same B columns in L2.
+"""
+
 import torch
 import torch.nn as nn
 import triton

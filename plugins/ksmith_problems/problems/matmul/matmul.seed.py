@@ -1,3 +1,9 @@
+"""Tiled matmul: each program computes a BLOCK_M x BLOCK_N tile, stepping K by BLOCK_K with tl.dot.
+
+Accumulation is fp32, and tiles are ordered in groups of GROUP_M tile rows so programs running together
+reuse the same B columns in L2.
+"""
+
 import torch
 import torch.nn as nn
 import triton

@@ -1,3 +1,9 @@
+"""Linear + bias + GELU: tiled x @ w.T with tl.dot over K in BLOCK_K steps, bias and GELU fused in.
+
+w is nn.Linear's (N, K) weight read transposed through its strides; accumulation is fp32, the bias add
+and exact erf GELU run on the accumulator before the store, and tiles are ordered in GROUP_M-row groups.
+"""
+
 import torch
 import torch.nn as nn
 import triton

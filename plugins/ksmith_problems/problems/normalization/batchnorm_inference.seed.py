@@ -1,3 +1,8 @@
+"""Inference batch norm: a program per (N*C plane, BLOCK_SIZE block) stores x * scale + shift.
+
+Each program folds its channel's weight, bias, running mean and variance into one scale and shift.
+"""
+
 import torch
 import torch.nn as nn
 import triton

@@ -1,3 +1,9 @@
+"""Group norm: a program per (sample, group); a pass sums x and x^2 in fp32, a second normalises.
+
+A group is contiguous in NCHW; the variance is E[x^2] - mean^2 from the single statistics pass, and the
+weight and bias are gathered per channel in the second pass.
+"""
+
 import torch
 import torch.nn as nn
 import triton

@@ -1,3 +1,5 @@
+"""Layer norm: one program per row, three passes over the row: mean, variance, normalise and store."""
+
 import torch
 import torch.nn as nn
 import triton

@@ -1,3 +1,5 @@
+"""RMS norm: one program per row, a pass summing x^2 in fp32, then a pass scaling by 1/rms and the weight."""
+
 import torch
 import torch.nn as nn
 import triton

@@ -1,3 +1,8 @@
+"""2-D average pooling: a program per (N*C plane, BLOCK_SIZE outputs) sums each KxK window, unrolled.
+
+Out-of-bounds taps load 0 and still count, so the sum is divided by KERNEL_SIZE^2 (count_include_pad).
+"""
+
 import torch
 import torch.nn as nn
 import triton

@@ -1,3 +1,8 @@
+"""2-D max pooling: a program per (N*C plane, BLOCK_SIZE outputs) maxes each KxK window, unrolled.
+
+Out-of-bounds taps load -inf, so padding never wins.
+"""
+
 import torch
 import torch.nn as nn
 import triton

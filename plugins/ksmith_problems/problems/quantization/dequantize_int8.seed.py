@@ -1,3 +1,5 @@
+"""Int8 dequantisation: a program per (row, BLOCK_SIZE columns) stores q * the row's scale in fp32."""
+
 import torch
 import torch.nn as nn
 import triton

@@ -1,3 +1,9 @@
+"""Per-row int8 quantisation: one program per row, a max |x| pass for the scale, then a quantise pass.
+
+The scale is max(max |x|, 1e-12) / 127. The second pass divides with tl.div_rn (exactly rounded, as
+torch divides), rounds half to even and clamps to [-127, 127].
+"""
+
 import torch
 import torch.nn as nn
 import triton

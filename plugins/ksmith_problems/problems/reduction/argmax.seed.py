@@ -1,3 +1,8 @@
+"""Row argmax: one program per row, one pass keeping a per-lane max and its column, then a lane merge.
+
+The merge takes the smallest column holding the row max, the first one, as torch.argmax does.
+"""
+
 import torch
 import torch.nn as nn
 import triton

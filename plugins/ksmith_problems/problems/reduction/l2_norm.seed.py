@@ -1,3 +1,5 @@
+"""Row L2 normalisation: one program per row, a pass summing x^2, then a pass dividing by its square root."""
+
 import torch
 import torch.nn as nn
 import triton

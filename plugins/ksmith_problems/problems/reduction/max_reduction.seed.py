@@ -1,3 +1,5 @@
+"""Row max: one program per row, one pass over BLOCK_SIZE blocks with a per-lane running max, then tl.max."""
+
 import torch
 import torch.nn as nn
 import triton

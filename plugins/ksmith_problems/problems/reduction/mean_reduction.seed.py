@@ -1,3 +1,8 @@
+"""Mean over dim 1: a program per (batch, BLOCK_N columns) sums BLOCK_M x BLOCK_N tiles down dim 1.
+
+The fp32 tile accumulator is reduced over its rows and divided by dim1 once at the end.
+"""
+
 import torch
 import torch.nn as nn
 import triton

@@ -1,3 +1,5 @@
+"""Row sum: one program per row, one pass adding each BLOCK_SIZE block into fp32 lane sums, then tl.sum."""
+
 import torch
 import torch.nn as nn
 import triton

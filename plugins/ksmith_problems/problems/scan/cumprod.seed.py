@@ -1,3 +1,5 @@
+"""Row cumprod: one program per row, blocks in order, tl.cumprod of each times the earlier blocks' product."""
+
 import torch
 import torch.nn as nn
 import triton

@@ -1,3 +1,5 @@
+"""Row cumsum: one program per row, blocks in order, tl.cumsum of each plus the earlier blocks' sum."""
+
 import torch
 import torch.nn as nn
 import triton

@@ -1,3 +1,9 @@
+"""Online softmax: one program per row, a pass for the running max and sum, a pass writing the output.
+
+The running max and sum are per lane in fp32 (BLOCK_SIZE wide) and merged across lanes between the two
+passes, so the row is read twice whatever its length.
+"""
+
 import torch
 import torch.nn as nn
 import triton

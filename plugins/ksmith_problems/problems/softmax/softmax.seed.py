@@ -1,3 +1,8 @@
+"""Row softmax: one program per row, the whole row in one block: max, exp, sum, one normalising store.
+
+BLOCK_SIZE is the row length rounded up to a power of 2, so each row is read once and written once.
+"""
+
 import torch
 import torch.nn as nn
 import triton
