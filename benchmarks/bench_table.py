@@ -3,7 +3,7 @@
     python benchmarks/bench_table.py RESULTS.jsonl [MORE.jsonl ...] [--json]
 
 Later files replace earlier rows of the same problem (e.g. a longer run of a few problems over a suite-wide
-run). Prints one Markdown row per problem, then the summary of ``ksmith_core.bench.summarise``: correct rate,
+run). Prints one Markdown row per problem, then the summary of ``ksmith_bench.bench.summarise``: correct rate,
 fast_1, geometric means, and per bound (memory / compute) the geometric mean over torch.compile beside the
 headroom, the geometric mean that kernels running at the measured roofline would reach.
 """
@@ -15,7 +15,7 @@ import json
 import sys
 from pathlib import Path
 
-from ksmith_core.bench import summarise
+from ksmith_bench.bench import summarise
 
 
 def _x(value: float | None) -> str:

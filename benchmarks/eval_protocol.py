@@ -226,8 +226,8 @@ def references(paths: list[Path], options: Any) -> list[dict[str, Any]]:
     import triton.testing
 
     from ksmith_core.loading import load_problem
+    from ksmith_triton.child_common import load_problem_module, make_inputs, make_model
     from ksmith_triton.evaluator import Evaluation, reference_worker
-    from ksmith_triton.worker import load_problem_module, make_inputs, make_model
 
     rows = []
     for path in paths:

@@ -11,18 +11,20 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from ksmith_core import plugins
+from ksmith_core.capabilities import Backend, EvalJob, Executor, Proposer, Selector
 from ksmith_core.environment import device_facts, versions
 from ksmith_core.errors import ConfigError, PluginError, RunStoreError
+from ksmith_core.feedback import feedback_for
 from ksmith_core.loading import load_problem
 from ksmith_core.model import Candidate, EvalOptions, Problem, Proposal, Scored, Selection, Verdict
 from ksmith_core.novelty import fingerprint
+from ksmith_core.registry import lookup, registry
 from ksmith_core.run import Run, RunConfig
 from ksmith_core.store import RunStore, default_runs_root
 
@@ -33,14 +35,43 @@ ProgressCallback = Callable[[str, dict[str, Any]], None]
 
 
 def evaluate(problem: Problem, candidate: Candidate, options: EvalOptions) -> Verdict:
-    """Ask the backend plugin for a verdict on one candidate."""
-    verdict = plugins.get_plugin_manager().hook.ksmith_evaluate(
-        problem=problem, candidate=candidate, options=options
-    )
-    if verdict is None:
-        plugins.require_backend(problem.backend)  # raises with the list of installed backends
-        raise PluginError(f"the {problem.backend!r} backend plugin returned no verdict")
+    """A verdict on one candidate from the backend the problem names, with its feedback text filled in."""
+    verdict = lookup(Backend, problem.backend).evaluate(problem, candidate, options)
+    if not isinstance(verdict, Verdict):
+        raise PluginError(f"the {problem.backend!r} backend returned {type(verdict).__name__}, not a Verdict")
+    if not verdict.feedback:
+        verdict = replace(verdict, feedback=feedback_for(candidate, verdict))
     return verdict
+
+
+def executor_for(name: str | None) -> Executor:
+    """The executor ``name``, or the installed default (the local pool) when ``None``."""
+    if name is not None:
+        return lookup(Executor, name)
+    found = registry().default(Executor)
+    if found is None:
+        raise PluginError("no executor is installed (the built-in 'local' executor comes with ksmith_basics)")
+    return found
+
+
+def evaluate_all(jobs: list[EvalJob], parallel: int = 1, executor: str | None = None) -> list[Verdict]:
+    """Verdicts for many evaluations, in order, dispatched by the executor (``parallel`` in flight)."""
+    if not jobs:
+        return []
+    verdicts = executor_for(executor).run(jobs, max(1, parallel))
+    if len(verdicts) != len(jobs):
+        raise PluginError(f"executor returned {len(verdicts)} verdicts for {len(jobs)} evaluations")
+    return verdicts
+
+
+def selector_for(name: str | None) -> Selector:
+    """The selector ``name``, or the installed default when ``None``."""
+    if name is not None:
+        return lookup(Selector, name)
+    found = registry().default(Selector)
+    if found is None:
+        raise PluginError("no selector is installed; name one with --select (see `ksmith plugins`)")
+    return found
 
 
 @dataclass
@@ -68,6 +99,10 @@ class Engine:
     def __init__(self, run: Run, on_event: ProgressCallback | None = None) -> None:
         self.run = run
         self.pm = plugins.get_plugin_manager()
+        # Looked up once: an unknown name fails here, before any evaluation, with the registered names.
+        self.proposer = proposer_for(run.config.proposer)
+        self.selector = selector_for(run.config.select)
+        self.executor = executor_for(run.config.executor)
         self.on_event = on_event or (lambda kind, data: None)
         # Near-duplicate detection: sources equal up to comments, layout and local names.
         self.fingerprints: set[str] = set()
@@ -83,8 +118,7 @@ class Engine:
         run_dir: Path | None = None,
         on_event: ProgressCallback | None = None,
     ) -> Engine:
-        plugins.require_proposer(config.proposer)
-        plugins.require_backend(problem.backend)
+        config = resolved_config(problem, config)
         run_dir = run_dir or new_run_dir(problem)
         manifest = {
             "versions": versions(),
@@ -122,6 +156,11 @@ class Engine:
             store.close()
             raise
         problem = load_problem(store.problem_path, name=meta.get("problem"))
+        try:
+            config = resolved_config(problem, config)
+        except PluginError:
+            store.close()
+            raise
         manifest = store.manifest()
         manifest.setdefault("sessions", []).append({"started": time.time(), "resumed": True})
         manifest["config"] = config.to_dict()
@@ -160,13 +199,8 @@ class Engine:
         return None
 
     def _evaluate_and_record(self, candidates: list[Candidate]) -> None:
-        options = self.run.config.eval
-        workers = min(self.run.config.parallel, len(candidates))
-        if workers > 1:
-            with ThreadPoolExecutor(max_workers=workers) as pool:
-                verdicts = list(pool.map(lambda c: evaluate(self.run.problem, c, options), candidates))
-        else:
-            verdicts = [evaluate(self.run.problem, c, options) for c in candidates]
+        jobs = [EvalJob(self.run.problem, c, self.run.config.eval) for c in candidates]
+        verdicts = self.executor.run(jobs, min(self.run.config.parallel, len(jobs)))
         for candidate, verdict in zip(candidates, verdicts):
             self._record(candidate, verdict)
 
@@ -207,13 +241,11 @@ class Engine:
         barren = 0
         reason = self._stop_reason()
         while reason is None:
-            selection: Selection | None = self.pm.hook.ksmith_select(run=run)
+            selection: Selection | None = self.selector.select(run)
             if selection is None or not selection.parents:
                 reason = "exhausted"
                 break
-            proposals = self.pm.hook.ksmith_propose(run=run, selection=selection)
-            if proposals is None:
-                raise PluginError(f"proposer {run.config.proposer!r} did not answer (is its plugin loaded?)")
+            proposals = self.proposer.propose(run, selection) or []
             room = run.config.budget - run.evaluations
             candidates = self._fresh(list(proposals), selection.island)[:room]
             if not candidates:
@@ -242,6 +274,25 @@ class Engine:
 
     def close(self) -> None:
         self.run.store.close()
+
+
+def proposer_for(name: str | None) -> Proposer:
+    """The proposer ``name``, or the installed default (mutate) when ``None``."""
+    if name is not None:
+        return lookup(Proposer, name)
+    found = registry().default(Proposer)
+    if found is None:
+        raise PluginError("no default proposer is installed; name one with --proposer (see `ksmith plugins`)")
+    return found
+
+
+def resolved_config(problem: Problem, config: RunConfig) -> RunConfig:
+    """``config`` with its proposer named, after checking that every capability it names exists (one line
+    listing the registered names if one does not)."""
+    lookup(Backend, problem.backend)
+    selector_for(config.select)
+    executor_for(config.executor)
+    return replace(config, proposer=proposer_for(config.proposer).name)
 
 
 def _problem_in_run(problem: Problem, store: RunStore) -> Problem:

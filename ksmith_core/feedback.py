@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ksmith_core.model import Candidate, Status, Verdict
+from ksmith_core.model import Candidate, Mismatch, Status, Verdict, thaw
 
 if TYPE_CHECKING:
     from ksmith_core.model import Scored
@@ -30,29 +30,33 @@ def error_excerpt(text: str, limit: int = MAX_ERROR_LINES) -> str:
     return "\n".join(["..."] + lines[-limit:])
 
 
-def mismatch_summary(mismatch: dict[str, Any]) -> str:
+def mismatch_summary(mismatch: Mismatch) -> str:
     parts = []
-    if "output" in mismatch:
-        parts.append(f"output {mismatch['output']}")
-    if "max_abs_error" in mismatch:
-        parts.append(f"max abs error {mismatch['max_abs_error']:.3g}")
-    if "max_rel_error" in mismatch:
-        parts.append(f"max rel error {mismatch['max_rel_error']:.3g}")
-    if "worst_index" in mismatch:
-        parts.append(f"at index {tuple(mismatch['worst_index'])}")
-    if "mismatched" in mismatch and "numel" in mismatch:
-        parts.append(f"{mismatch['mismatched']} of {mismatch['numel']} elements out of tolerance")
-    if "expected" in mismatch and "got" in mismatch:
-        parts.append(f"expected {mismatch['expected']!r}, got {mismatch['got']!r}")
-    if "atol" in mismatch:
-        parts.append(f"(atol {mismatch['atol']:g}, rtol {mismatch.get('rtol', mismatch['atol']):g})")
+    if mismatch.output is not None:
+        parts.append(f"output {mismatch.output}" + (f" ({mismatch.where})" if mismatch.where else ""))
+    if mismatch.max_abs_error is not None:
+        parts.append(f"max abs error {mismatch.max_abs_error:.3g}")
+    if mismatch.max_rel_error is not None:
+        parts.append(f"max rel error {mismatch.max_rel_error:.3g}")
+    if mismatch.worst_index:
+        parts.append(f"at index {mismatch.worst_index}")
+    if mismatch.mismatched is not None and mismatch.numel is not None:
+        parts.append(f"{mismatch.mismatched} of {mismatch.numel} elements out of tolerance")
+    if mismatch.expected is not None or mismatch.got is not None:
+        parts.append(f"expected {_value(mismatch.expected)}, got {_value(mismatch.got)}")
+    if mismatch.atol is not None:
+        rtol = mismatch.rtol if mismatch.rtol is not None else mismatch.atol
+        parts.append(f"(atol {mismatch.atol:g}, rtol {rtol:g})")
     return ", ".join(parts)
+
+
+def _value(value: Any) -> str:
+    return f"{value:.6g}" if isinstance(value, float) else repr(thaw(value))
 
 
 def feedback_for(candidate: Candidate, verdict: Verdict, parent: Scored | None = None) -> str:
     """The feedback text for one evaluated candidate (``parent`` is its first parent, if evaluated)."""
     lines = [f"status: {verdict.status.value}"]
-    details = verdict.details or {}
     if verdict.status is Status.OK:
         lines.append(
             f"speedup vs eager {_fmt_x(verdict.speedup)}, vs torch.compile {_fmt_x(verdict.speedup_vs_compile)}"
@@ -61,15 +65,18 @@ def feedback_for(candidate: Candidate, verdict: Verdict, parent: Scored | None =
         if verdict.runtime_ms is not None and verdict.reference_ms is not None:
             lines.append(f"runtime {verdict.runtime_ms:.4g} ms vs eager {verdict.reference_ms:.4g} ms")
         if verdict.roofline_fraction is not None:
-            lines.append(f"roofline fraction {verdict.roofline_fraction:.2f} (1.0 = at the hardware floor)")
+            bound = f", {verdict.roofline_bound}-bound" if verdict.roofline_bound else ""
+            lines.append(
+                f"roofline fraction {verdict.roofline_fraction:.2f} (1.0 = at the hardware floor{bound})"
+            )
     if verdict.reasons:
         lines.append("reasons:")
         lines.extend(f"  - {reason}" for reason in verdict.reasons[:8])
-    if "error" in details and details["error"]:
+    if verdict.error:
         lines.append("error:")
-        lines.extend("  " + line for line in error_excerpt(str(details["error"])).splitlines())
-    if "mismatch" in details and details["mismatch"]:
-        lines.append("mismatch: " + mismatch_summary(dict(details["mismatch"])))
+        lines.extend("  " + line for line in error_excerpt(verdict.error).splitlines())
+    if verdict.mismatch is not None:
+        lines.append("mismatch: " + mismatch_summary(verdict.mismatch))
     if candidate.edit:
         lines.append(f"edit from parent: {candidate.edit}")
     if parent is not None:

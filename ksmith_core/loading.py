@@ -8,6 +8,7 @@ the evaluator's child process. That keeps a hostile candidate away from the driv
 from __future__ import annotations
 
 import ast
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +29,16 @@ def _read(path: Path, error: type[KsmithError], what: str) -> str:
         raise error(f"cannot read {what} {path}: {exc}") from exc
 
 
+# CPython 3.11's AST constructor keeps its recursion-depth counter in shared state: two threads parsing at
+# once (bench and batch evaluation load files from worker threads) can fail with "SystemError: AST
+# constructor recursion depth mismatch" (python/cpython#106905). Parsing is fast; one at a time is enough.
+_PARSE_LOCK = threading.Lock()
+
+
 def _parse(source: str, path: Path, error: type[KsmithError], what: str) -> ast.Module:
     try:
-        return ast.parse(source, filename=str(path))
+        with _PARSE_LOCK:
+            return ast.parse(source, filename=str(path))
     except SyntaxError as exc:
         raise error(f"{what} {path} has a syntax error at line {exc.lineno}: {exc.msg}") from exc
 
@@ -140,19 +148,36 @@ def seed_path_for(problem: Problem) -> Path | None:
     return candidate if candidate.is_file() else None
 
 
+def problem_files(directory: Path) -> list[Path]:
+    """The problem files under ``directory``, recursively: every ``*.py`` but seeds (``NAME.seed.py``),
+    private files (``_*.py``) and caches. KernelBench's own ``level1/`` ... directories are read as they are."""
+    return [
+        path
+        for path in sorted(Path(directory).rglob("*.py"))
+        if not path.name.endswith(SEED_SUFFIX)
+        and not path.name.startswith("_")
+        and "__pycache__" not in path.parts
+    ]
+
+
+def suite_problem_files() -> list[tuple[str, Path]]:
+    """``(suite name, problem file)`` for every problem of every installed suite."""
+    from ksmith_core.capabilities import ProblemSuite
+    from ksmith_core.registry import registry
+
+    return [
+        (suite.name, path)
+        for suite in sorted(registry().all(ProblemSuite), key=lambda s: s.name)
+        for path in problem_files(suite.directory)
+    ]
+
+
 def resolve_problem(spec: str) -> Problem:
     """Accept a path to a problem file, or the name of a problem in an installed suite."""
     as_path = Path(spec)
     if as_path.suffix == ".py" or as_path.exists() or "/" in spec:
         return load_problem(as_path)
-    from ksmith_core.plugins import problem_suites
-
-    matches = []
-    for suite, directory in problem_suites().items():
-        for path in sorted(directory.rglob(f"{spec}.py")):
-            matches.append((suite, path))
-        if "/" not in spec and (directory / spec).is_file():
-            matches.append((suite, directory / spec))
+    matches = [(suite, path) for suite, path in suite_problem_files() if problem_name(path) == spec]
     if not matches:
         raise ProblemError(f"no problem file and no installed problem named {spec!r} (see `ksmith problems`)")
     if len(matches) > 1:

@@ -197,11 +197,56 @@ class TimingStats:
 
 
 @dataclass(frozen=True)
+class Mismatch:
+    """Where a candidate's outputs differ from the reference's: what the next proposal is told.
+
+    ``expected`` and ``got`` are the values at the worst element (or, for a structure, dtype, shape or
+    device mismatch, what each side had); ``output`` is the index of the output tensor and ``where`` says
+    which call it was (``"trial 2 of 5"``).
+    """
+
+    output: int | None = None
+    where: str = ""
+    expected: Any = None
+    got: Any = None
+    max_abs_error: float | None = None
+    max_rel_error: float | None = None
+    worst_index: tuple[int, ...] = ()
+    mismatched: int | None = None
+    numel: int | None = None
+    atol: float | None = None
+    rtol: float | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "worst_index", tuple(int(i) for i in self.worst_index or ()))
+        object.__setattr__(self, "expected", freeze(self.expected))
+        object.__setattr__(self, "got", freeze(self.got))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: thaw(getattr(self, f.name)) for f in fields(self)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Mismatch:
+        data = dict(data)
+        # Stored by earlier versions under other names.
+        data.setdefault("expected", data.pop("expected_value", None))
+        data.setdefault("got", data.pop("got_value", None))
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+ROOFLINE_BOUNDS = ("memory", "compute")
+
+
+@dataclass(frozen=True)
 class Verdict:
     """The evaluator's judgement of one candidate on one problem and device.
 
     ``reasons`` are lines each starting with a stable upper-case code (``MISMATCH: ...``, ``NO_TRITON_LAUNCH:
-    ...``) so pipelines can match on codes; ``feedback`` is prose written for the next proposal.
+    ...``) so pipelines can match on codes; ``feedback`` is prose written for the next proposal (filled by
+    :func:`ksmith_core.engine.evaluate` from the fields below). The typed fields are the contract between a
+    backend and everything that reads a verdict (feedback, bench, report, archives); ``details`` holds what
+    only the backend itself reads back (its protocol version, per-worker timings, captured output).
     """
 
     status: Status
@@ -211,7 +256,12 @@ class Verdict:
     reference_compile: TimingStats | None = None
     speedup: float | None = None
     speedup_vs_compile: float | None = None
-    roofline_fraction: float | None = None
+    roofline_fraction: float | None = None  # measured time over the roofline floor's, as a fraction
+    roofline_bound: str | None = None  # which floor binds: "memory" or "compute"
+    mismatch: Mismatch | None = None  # set when outputs differ from the reference
+    error: str = ""  # the failing traceback or compiler message, for the proposer and the user
+    launches: tuple[int, ...] = ()  # kernels launched per forward, one count per correctness trial
+    phases: Mapping[str, float] = field(default_factory=FrozenDict)  # seconds per evaluation phase
     reasons: tuple[str, ...] = ()
     feedback: str = ""
     device: str = "cpu"
@@ -223,6 +273,12 @@ class Verdict:
         object.__setattr__(self, "status", Status(self.status))
         object.__setattr__(self, "reasons", tuple(self.reasons))
         object.__setattr__(self, "details", freeze(self.details))
+        object.__setattr__(self, "phases", freeze(dict(self.phases or {})))
+        object.__setattr__(self, "launches", tuple(int(n) for n in self.launches or () if n is not None))
+        if isinstance(self.mismatch, Mapping):
+            object.__setattr__(self, "mismatch", Mismatch.from_dict(self.mismatch))
+        if self.roofline_bound is not None and self.roofline_bound not in ROOFLINE_BOUNDS:
+            raise ValueError(f"roofline_bound must be one of {ROOFLINE_BOUNDS}, not {self.roofline_bound!r}")
 
     @property
     def accepted(self) -> bool:
@@ -254,6 +310,11 @@ class Verdict:
             "reference_ms": self.reference_ms,
             "reference_compile_ms": self.reference_compile.median_ms if self.reference_compile else None,
             "roofline_fraction": self.roofline_fraction,
+            "roofline_bound": self.roofline_bound,
+            "mismatch": self.mismatch.to_dict() if self.mismatch else None,
+            "error": self.error,
+            "launches": list(self.launches),
+            "phases": thaw(self.phases),
             "reasons": list(self.reasons),
             "feedback": self.feedback,
             "device": self.device,
@@ -270,6 +331,14 @@ class Verdict:
         def stats(d: Mapping | None) -> TimingStats | None:
             return None if not d else TimingStats(**d)
 
+        details = dict(data.get("details") or {})
+        # Verdicts stored by earlier versions kept these in ``details``.
+        legacy = {key: details.pop(key, None) for key in ("mismatch", "error", "roofline_bound", "phases")}
+        legacy_launches = details.pop("launches", None)
+        mismatch = data.get("mismatch") or legacy["mismatch"]
+        launches = data.get("launches") or legacy_launches
+        if isinstance(launches, int):
+            launches = [launches]
         return cls(
             status=Status(data["status"]),
             correct=bool(data.get("correct", False)),
@@ -279,11 +348,16 @@ class Verdict:
             speedup=data.get("speedup"),
             speedup_vs_compile=data.get("speedup_vs_compile"),
             roofline_fraction=data.get("roofline_fraction"),
+            roofline_bound=data.get("roofline_bound") or legacy["roofline_bound"],
+            mismatch=Mismatch.from_dict(mismatch) if mismatch else None,
+            error=str(data.get("error") or legacy["error"] or ""),
+            launches=tuple(launches or ()),
+            phases=data.get("phases") or legacy["phases"] or {},
             reasons=tuple(data.get("reasons", ())),
             feedback=data.get("feedback", ""),
             device=data.get("device", "cpu"),
             interpreted=bool(data.get("interpreted", False)),
-            details=data.get("details") or {},
+            details=details,
             eval_seconds=float(data.get("eval_seconds", 0.0)),
         )
 
@@ -329,6 +403,16 @@ class Selection:
     inspirations: tuple[Scored, ...] = ()
     island: int = 0
     mode: str = "improve"
+
+
+@dataclass(frozen=True)
+class ReportSection:
+    """A section a plugin adds to ``ksmith report``: a title and self-contained HTML (no scripts, no links
+    outside the file). Sections are ordered by ``order``, then title."""
+
+    title: str
+    html: str
+    order: int = 50
 
 
 @dataclass(frozen=True)

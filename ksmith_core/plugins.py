@@ -18,13 +18,11 @@ import importlib.metadata
 import logging
 import os
 import threading
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass, field, replace
 
 import pluggy
 
 from ksmith_core import hookspecs
-from ksmith_core.errors import PluginError
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +34,7 @@ class PluginInfo:
     version: str | None
     module: str
     hooks: list[str] = field(default_factory=list)
+    registered: dict[str, list[str]] = field(default_factory=dict)  # kind (plural) -> names
     error: str | None = None
 
     def to_dict(self) -> dict:
@@ -45,6 +44,7 @@ class PluginInfo:
             "version": self.version,
             "module": self.module,
             "hooks": self.hooks,
+            "registered": self.registered,
             "status": "ok" if self.error is None else "error",
             "error": self.error,
         }
@@ -71,11 +71,26 @@ def _wanted(ep: importlib.metadata.EntryPoint, allow: set[str] | None, deny: set
     return allow is None or bool(names & allow)
 
 
+def _warn_unknown_names(var: str, names: set[str] | None, known: set[str]) -> None:
+    unknown = sorted((names or set()) - known)
+    if unknown:
+        log.warning(
+            "%s names %s, which no installed plugin is called (installed: %s)",
+            var,
+            ", ".join(unknown),
+            ", ".join(sorted(known)) or "none",
+        )
+
+
 def _load_entry_points(pm: pluggy.PluginManager) -> None:
     allow = _names_from_env("KSMITH_LOAD_PLUGINS")
     deny = _names_from_env("KSMITH_DISABLE_PLUGINS") or set()
     seen: set[str] = set()
-    for ep in importlib.metadata.entry_points(group=hookspecs.PROJECT):
+    entry_points = list(importlib.metadata.entry_points(group=hookspecs.PROJECT))
+    known = {ep.name for ep in entry_points} | {ep.dist.name for ep in entry_points if ep.dist is not None}
+    _warn_unknown_names("KSMITH_LOAD_PLUGINS", allow, known)
+    _warn_unknown_names("KSMITH_DISABLE_PLUGINS", deny, known)
+    for ep in entry_points:
         if ep.name in seen:  # the same distribution visible twice on sys.path
             continue
         seen.add(ep.name)
@@ -119,7 +134,9 @@ def _drop_plugins_with_unknown_hooks(pm: pluggy.PluginManager) -> None:
                 continue
             pm.unregister(name=impl.plugin_name)
             info = _infos.get(impl.plugin_name)
-            message = f"implements unknown hook {hook_name!r} (typo, or written for a newer ksmith?)"
+            message = (
+                f"implements unknown hook {hook_name!r} (a typo, or written for another ksmith version?)"
+            )
             if info is not None:
                 info.error = message
             log.warning("plugin %s dropped: %s", impl.plugin_name, message)
@@ -148,9 +165,14 @@ def reset_plugin_manager() -> None:
 
 
 def plugin_infos() -> list[PluginInfo]:
-    """Every plugin the manager knows of (entry points and plugins registered in code), with its hooks."""
+    """Every plugin the manager knows of (entry points and plugins registered in code): its hooks, what it
+    registered by kind, and what went wrong loading or registering it."""
+    from ksmith_core.registry import registry
+
     pm = get_plugin_manager()
-    infos = dict(_infos)
+    reg = registry()
+    registered = reg.by_plugin()
+    infos = {name: replace(info) for name, info in _infos.items()}
     for name, plugin in pm.list_name_plugin():
         if plugin is None:
             continue
@@ -159,43 +181,7 @@ def plugin_infos() -> list[PluginInfo]:
             module = getattr(plugin, "__name__", type(plugin).__name__)
             info = infos[name] = PluginInfo(name=name, distribution=None, version=None, module=module)
         info.hooks = sorted(caller.name for caller in (pm.get_hookcallers(plugin) or []))
+        info.registered = registered.get(name, {})
+        if reg.errors.get(name):
+            info.error = "; ".join(filter(None, [info.error, *reg.errors[name]]))
     return sorted(infos.values(), key=lambda i: i.name)
-
-
-def _collect(hook_name: str) -> dict[str, str]:
-    found: dict[str, str] = {}
-
-    def register(name: str, description: str = "") -> None:
-        found.setdefault(name, description)
-
-    getattr(get_plugin_manager().hook, hook_name)(register=register)
-    return found
-
-
-def proposers() -> dict[str, str]:
-    """Registered proposer names with their descriptions."""
-    return _collect("ksmith_register_proposers")
-
-
-def backends() -> dict[str, str]:
-    """Registered evaluation backend names with their descriptions."""
-    return _collect("ksmith_register_backends")
-
-
-def problem_suites() -> dict[str, Path]:
-    """Registered problem suites: name -> directory."""
-    return {name: Path(directory) for name, directory in _collect("ksmith_register_problems").items()}
-
-
-def require_proposer(name: str) -> None:
-    known = proposers()
-    if name not in known:
-        listed = ", ".join(sorted(known)) or "none installed"
-        raise PluginError(f"unknown proposer {name!r} (installed: {listed})")
-
-
-def require_backend(name: str) -> None:
-    known = backends()
-    if name not in known:
-        listed = ", ".join(sorted(known)) or "none installed"
-        raise PluginError(f"no plugin evaluates backend {name!r} (installed: {listed})")

@@ -17,8 +17,9 @@ from ksmith_core.store import RunStore
 class RunConfig:
     """Everything that decides what a run does. Stored in the run; never holds secrets."""
 
-    proposer: str = "mutate"
-    select: str | None = None  # a selector name; None lets the installed selector decide
+    proposer: str | None = None  # a proposer name; None means the installed default (mutate)
+    select: str | None = None  # a selector name; None means the installed default selector
+    executor: str | None = None  # how evaluations are dispatched; None means the default ("local")
     budget: int = 40  # total evaluations in the run, the seed included
     gpu_minutes: float | None = None  # total evaluation wall time across workers, in minutes
     patience: int | None = None  # stop after this many evaluations without a new best
@@ -75,7 +76,9 @@ class Run:
         self.best: Scored | None = None
         self._best_position = -1  # index of ``best`` in ``population``
         self.seed_id: str | None = None
-        self.hardware: dict[str, Any] = {}
+        # What the run evaluates on (GPU name, capability, memory; or the CPU interpreter): proposers tell
+        # their model. Taken from the run's manifest.
+        self.hardware: dict[str, Any] = dict(store.manifest().get("device") or {})
         self._state: dict[str, dict[str, Any]] = {}
 
     @property

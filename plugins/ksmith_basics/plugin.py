@@ -1,7 +1,10 @@
-"""Fallback selection and trajectory rows.
+"""ksmith's basics: the local executor, the greedy selector, trajectory rows and the ``library`` exporter.
 
-``ksmith_select`` here is ``trylast``: any installed selector (MAP-Elites islands by default) answers first;
-this one only keeps the loop working when none is installed or the user asks for ``--select greedy``.
+``local`` (the default executor) evaluates in threads of the driver, ``parallel`` at a time; each evaluation
+is its own child process in the backend, so the threads only wait.
+
+``greedy`` is the fallback selector: the best candidates first, each yielding its turn to those with fewer
+children; ``--select greedy`` picks it over the default (MAP-Elites islands).
 
 ``ksmith_archive`` turns every evaluation into a trajectory row -- parent, child, edit, proposer, verdict and
 gain -- which the training exporters read back as step-level data.
@@ -9,16 +12,30 @@ gain -- which the training exporters read back as step-level data.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
 from ksmith_core import hookimpl
-from ksmith_core.model import Selection
+from ksmith_core.capabilities import EvalJob, Executor, Exporter, Selector
+from ksmith_core.model import Artifact, Candidate, Selection, Verdict
 
-NAME = "basics"
+
+def run_locally(jobs: Sequence[EvalJob], parallel: int) -> list[Verdict]:
+    from ksmith_core.engine import evaluate
+
+    def one(job: EvalJob) -> Verdict:
+        return evaluate(job.problem, job.candidate, job.options)
+
+    if parallel <= 1 or len(jobs) <= 1:
+        return [one(job) for job in jobs]
+    with ThreadPoolExecutor(max_workers=min(parallel, len(jobs))) as pool:
+        return list(pool.map(one, jobs))
 
 
-@hookimpl(trylast=True)
-def ksmith_select(run):
-    if run.config.select not in (None, "greedy"):
-        return None
+def select_greedy(run) -> Selection | None:
     accepted = [s for s in run.population if s.verdict.accepted]
     if accepted:
         # Best first, but not always: a parent with many children yields its turn (1 / (1 + children)).
@@ -28,6 +45,59 @@ def ksmith_select(run):
     if run.population:
         return Selection(parents=(run.population[-1],), mode="fix")
     return None
+
+
+def export_library_entry(run: Any, candidate: Candidate, options: Mapping[str, Any]) -> Artifact:
+    """A kernel-library entry: the kernel source plus what it was judged on.
+
+    Layout: ``OUT/<problem>/kernel.py`` and ``OUT/<problem>/entry.json`` (problem sha, verdict, versions,
+    device), so several runs exported into one directory make one library.
+    """
+    from ksmith_core.clitools import output_dir
+    from ksmith_core.environment import versions
+
+    problem = options["problem"]
+    verdict = options.get("verdict")
+    entry_dir = output_dir(Path(options["output"])) / problem.name
+    entry_dir.mkdir(parents=True, exist_ok=True)
+    kernel_path = entry_dir / "kernel.py"
+    kernel_path.write_text(candidate.source, encoding="utf-8")
+    entry = {
+        "problem": problem.name,
+        "problem_sha": problem.sha,
+        "candidate_id": candidate.id,
+        "run": run.path.name if run is not None else None,
+        "verdict": verdict.to_dict() if verdict is not None else None,
+        "versions": versions(),
+    }
+    entry_path = entry_dir / "entry.json"
+    entry_path.write_text(json.dumps(entry, indent=2, default=str), encoding="utf-8")
+    speed = f"{verdict.speedup:.3g}x vs eager" if verdict is not None and verdict.speedup else "unmeasured"
+    return Artifact(target="library", paths=(kernel_path, entry_path), summary=f"{problem.name}: {speed}")
+
+
+LOCAL = Executor(
+    "local", run_locally, "Threads of the driver, --parallel at a time, one child process each", default=True
+)
+GREEDY = Selector(
+    "greedy", select_greedy, "Best first, weighted by 1 / (1 + children); fix mode when none work"
+)
+LIBRARY = Exporter("library", export_library_entry, "OUT/<problem>/kernel.py + entry.json, one per problem")
+
+
+@hookimpl
+def ksmith_register_executors(register):
+    register(LOCAL)
+
+
+@hookimpl
+def ksmith_register_selectors(register):
+    register(GREEDY)
+
+
+@hookimpl
+def ksmith_register_exporters(register):
+    register(LIBRARY)
 
 
 @hookimpl
@@ -54,38 +124,3 @@ def ksmith_archive(run, candidate, verdict):
             "gain": gain,
         }
     ]
-
-
-@hookimpl
-def ksmith_export(target, run, candidate, options):
-    """``library``: a kernel-library entry -- the kernel source plus what it was judged on.
-
-    Layout: ``OUT/<problem>/kernel.py`` and ``OUT/<problem>/entry.json`` (problem sha, verdict, versions,
-    device). The torch.compile integration and the upstream exporters read entries from this layout.
-    """
-    if target != "library":
-        return None
-    import json
-    from pathlib import Path
-
-    from ksmith_core.environment import versions
-    from ksmith_core.model import Artifact
-
-    problem = options["problem"]
-    verdict = options.get("verdict")
-    entry_dir = Path(options["output"]) / problem.name
-    entry_dir.mkdir(parents=True, exist_ok=True)
-    kernel_path = entry_dir / "kernel.py"
-    kernel_path.write_text(candidate.source, encoding="utf-8")
-    entry = {
-        "problem": problem.name,
-        "problem_sha": problem.sha,
-        "candidate_id": candidate.id,
-        "run": run.id if run is not None else None,
-        "verdict": verdict.to_dict() if verdict is not None else None,
-        "versions": versions(),
-    }
-    entry_path = entry_dir / "entry.json"
-    entry_path.write_text(json.dumps(entry, indent=2, default=str), encoding="utf-8")
-    speed = f"{verdict.speedup:.3f}x vs eager" if verdict is not None and verdict.speedup else "unmeasured"
-    return Artifact(target="library", paths=(kernel_path, entry_path), summary=f"{problem.name}: {speed}")

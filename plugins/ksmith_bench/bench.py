@@ -23,8 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ksmith_core.capabilities import EvalJob
 from ksmith_core.errors import ProblemError
-from ksmith_core.loading import SEED_SUFFIX, load_candidate, load_problem, seed_path_for
+from ksmith_core.loading import SEED_SUFFIX, load_candidate, load_problem, problem_files, seed_path_for
 from ksmith_core.model import Candidate, Problem, Verdict
 from ksmith_core.run import RunConfig
 
@@ -38,21 +39,12 @@ class BenchItem:
 
 
 def collect_problems(paths: Iterable[Path]) -> list[Path]:
-    """Problem files from files and directories (recursively), seeds and private files excluded.
-
-    KernelBench's own ``level1/`` ... directories are accepted as they are.
-    """
+    """Problem files from files and directories (recursively, see :func:`ksmith_core.loading.problem_files`)."""
     found: list[Path] = []
     for path in paths:
         path = Path(path)
         if path.is_dir():
-            found.extend(
-                p
-                for p in sorted(path.rglob("*.py"))
-                if not p.name.endswith(SEED_SUFFIX)
-                and not p.name.startswith("_")
-                and "__pycache__" not in p.parts
-            )
+            found.extend(problem_files(path))
         elif path.is_file():
             found.append(path)
         else:
@@ -148,7 +140,7 @@ def _row(
         "speedup": verdict.speedup if verdict else None,
         "speedup_vs_compile": verdict.speedup_vs_compile if verdict else None,
         "roofline_fraction": verdict.roofline_fraction if verdict else None,
-        "roofline_bound": verdict.details.get("roofline_bound") if verdict else None,
+        "roofline_bound": verdict.roofline_bound if verdict else None,
         "runtime_ms": verdict.runtime_ms if verdict else None,
         "reference_ms": verdict.reference_ms if verdict else None,
         "interpreted": verdict.interpreted if verdict else False,
@@ -210,7 +202,7 @@ class Bench:
 
     def _one(self, path: Path, finished: dict) -> tuple[dict[str, Any], bool]:
         """One problem's row, and whether it was computed now (False: taken from an earlier bench)."""
-        from ksmith_core.engine import evaluate
+        from ksmith_core.engine import evaluate_all
 
         problem = load_problem(path)
         cand_path = candidate_for(problem, self.candidates_dir)
@@ -222,7 +214,8 @@ class Bench:
         if start is None:
             return _row(problem, None, None, "eval", extra), True
         if not self.evolve:
-            return _row(problem, start, evaluate(problem, start, self.config.eval), "eval", extra), True
+            (verdict,) = evaluate_all([EvalJob(problem, start, self.config.eval)], 1, self.config.executor)
+            return _row(problem, start, verdict, "eval", extra), True
         return self._evolve_one(problem, start, extra), True
 
     def _evolve_one(self, problem: Problem, start: Candidate, extra: dict[str, Any]) -> dict[str, Any]:

@@ -10,16 +10,14 @@ import subprocess
 import sys
 
 from ksmith_core import hookimpl
+from ksmith_core.capabilities import SeedMethod
 from ksmith_core.model import Proposal
 from ksmith_inductor.seeding import InductorSeedError
 
 SEED_TIMEOUT_S = 900
 
 
-@hookimpl
-def ksmith_seed(problem, method, options):
-    if method != "inductor":
-        return None
+def seed_from_inductor(problem, options):
     device = options.get("device", "cpu")
     size = "small" if options.get("small", device == "cpu") else "full"
     try:
@@ -40,3 +38,13 @@ def ksmith_seed(problem, method, options):
         edit_kind="inductor-seed",
         proposer="inductor",
     )
+
+
+INDUCTOR = SeedMethod(
+    "inductor", seed_from_inductor, "The Triton kernels torch.compile (Inductor) generates, as a ModelNew"
+)
+
+
+@hookimpl
+def ksmith_register_seed_methods(register):
+    register(INDUCTOR)

@@ -14,12 +14,17 @@ generations rejected since the previous one.
 
 from __future__ import annotations
 
+import json
 import threading
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
+import click
+
 from ksmith_core import hookimpl
+from ksmith_core.capabilities import Proposer, SeedMethod
+from ksmith_core.errors import ConfigError
 from ksmith_core.model import Problem, Proposal
 from ksmith_llm import proposer as core
 from ksmith_llm.backends import Generator, ServerGenerator, Settings, VllmGenerator
@@ -47,20 +52,87 @@ def _generator_for(run: Any) -> Generator:
         return generator
 
 
+def _proposer(name: str) -> Callable[[Any, Any], list[Proposal]]:
+    def propose(run: Any, selection: Any) -> list[Proposal]:
+        return core.propose(run, selection, _generator_for(run), name)
+
+    return propose
+
+
+def _seed_method(name: str) -> Callable[[Problem, Mapping[str, Any]], Proposal]:
+    def seed(problem: Problem, options: Mapping[str, Any]) -> Proposal:
+        return seed_from_llm(
+            problem, options.get("method_options") or {}, proposer=name, device=options.get("device", "cpu")
+        )
+
+    return seed
+
+
+# The command-line options both proposers (and both seed methods) add to `evolve`, `bench` and `seed`.
+CLI_OPTIONS = (
+    click.Option(["--llm-base-url"], default=None, help="OpenAI-compatible server for --proposer llm."),
+    click.Option(["--llm-model"], default=None, help="Model name for --proposer llm / vllm."),
+    click.Option(
+        ["--llm-option", "llm_options"],
+        multiple=True,
+        metavar="KEY=VALUE",
+        help="Other LLM settings (max_tokens, temperature, concurrency, timeout, hints, ...).",
+    ),
+)
+
+
+def options_from_cli(values: Mapping[str, Any]) -> dict[str, Any]:
+    """``--llm-base-url``, ``--llm-model`` and ``--llm-option KEY=VALUE`` as proposer options."""
+    options: dict[str, Any] = {}
+    for pair in values.get("llm_options") or ():
+        key, sep, raw = pair.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--llm-option takes KEY=VALUE (got {pair!r})")
+        try:
+            value: Any = json.loads(raw)  # numbers, booleans, lists; anything else stays a string
+        except json.JSONDecodeError:
+            value = raw
+        options[key.strip()] = value
+    if any(word in key.lower() for key in options for word in ("api_key", "apikey", "secret", "password")):
+        raise ConfigError("API keys are read from the environment (OPENAI_API_KEY), never from options")
+    for key, param in (("base_url", "llm_base_url"), ("model", "llm_model")):
+        if values.get(param):
+            options[key] = values[param]
+    return options
+
+
+SERVER_DESCRIPTION = (
+    "One targeted edit per step from any OpenAI-compatible server (vLLM, SGLang, llama.cpp, hosted)"
+)
+VLLM_DESCRIPTION = "One targeted edit per step from a local model through vLLM offline batch generation"
+
+
 @hookimpl
 def ksmith_register_proposers(register):
-    register(
-        "llm",
-        "One targeted edit per step from any OpenAI-compatible server (vLLM, SGLang, llama.cpp, hosted)",
-    )
-    register("vllm", "One targeted edit per step from a local model through vLLM offline batch generation")
+    register(Proposer("llm", _proposer("llm"), SERVER_DESCRIPTION, CLI_OPTIONS, options_from_cli))
+    register(Proposer("vllm", _proposer("vllm"), VLLM_DESCRIPTION, CLI_OPTIONS, options_from_cli))
 
 
 @hookimpl
-def ksmith_propose(run, selection):
-    if run.config.proposer not in PROPOSERS:
-        return None
-    return core.propose(run, selection, _generator_for(run), run.config.proposer)
+def ksmith_register_seed_methods(register):
+    register(
+        SeedMethod(
+            "llm",
+            _seed_method("llm"),
+            "A first ModelNew written by the LLM server",
+            CLI_OPTIONS,
+            options_from_cli,
+        )
+    )
+    register(
+        SeedMethod(
+            "vllm",
+            _seed_method("vllm"),
+            "A first ModelNew written by a local vLLM model",
+            CLI_OPTIONS,
+            options_from_cli,
+        )
+    )
 
 
 @hookimpl
@@ -111,13 +183,3 @@ def seed_from_llm(
     generator = make_generator(proposer, options)
     hints = str((options or {}).get("hints") or "")
     return core.first_kernel(problem, generator, proposer, device=device, hardware=hardware, hints=hints)
-
-
-@hookimpl
-def ksmith_seed(problem, method, options):
-    """``ksmith seed --from llm|vllm`` and ``ksmith evolve --seed-from llm|vllm``."""
-    if method not in ("llm", "vllm"):
-        return None
-    return seed_from_llm(
-        problem, options.get("proposer_options") or {}, proposer=method, device=options.get("device", "cpu")
-    )

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import ast
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -79,10 +79,10 @@ class KernelDescriptors:
         return asdict(self)
 
 
-def describe(source: str, details: Mapping[str, Any] | None = None) -> KernelDescriptors:
-    """Descriptors of a candidate source; ``details`` are the verdict's, whose ``launches`` (kernels launched
-    per forward, when the evaluator counted them: one count, or one per correctness trial) overrides the count
-    of launch sites in the source."""
+def describe(source: str, launches_counted: Sequence[int] | int | None = None) -> KernelDescriptors:
+    """Descriptors of a candidate source. ``launches_counted`` is the verdict's ``launches`` (kernels launched
+    per forward, one count per correctness trial, when the evaluator counted them); it overrides the count of
+    launch sites in the source."""
     try:
         tree = ast.parse(source)
     except SyntaxError:
@@ -90,7 +90,7 @@ def describe(source: str, details: Mapping[str, Any] | None = None) -> KernelDes
         tree = ast.Module(body=[], type_ignores=[])
     launches = _launch_sites(tree)
     main = _main_launch(launches)
-    counted = _counted_launches((details or {}).get("launches"))
+    counted = _counted_launches(launches_counted)
     launch_count = counted if counted is not None else len(launches)
     return KernelDescriptors(
         block=main.block if main and main.sets_block else _block_from_configs(tree),

@@ -6,8 +6,9 @@ first accepted candidate, counts fix attempts, and migrates island bests around 
 :data:`~ksmith_mapelites.archive.MIGRATION_INTERVAL` evaluations. It returns one ``archive`` record per
 placement, which the report reads back to draw the archive map.
 
-``ksmith_select`` answers when ``--select`` is unset or ``mapelites``: islands take turns; within one, a
-parent is sampled by normalised score and by 1 / (1 + children) (see :mod:`ksmith_mapelites.sampling`).
+The ``mapelites`` selector is the default (``--select`` unset): islands take turns; within one, a parent is
+sampled by normalised score and by 1 / (1 + children) (see :mod:`ksmith_mapelites.sampling`). The archive
+map in ``ksmith report`` comes from :mod:`ksmith_mapelites.report`.
 """
 
 from __future__ import annotations
@@ -15,10 +16,13 @@ from __future__ import annotations
 from typing import Any
 
 from ksmith_core import hookimpl
-from ksmith_core.model import Candidate, Selection, Verdict
+from ksmith_core.capabilities import Selector
+from ksmith_core.model import Candidate, ReportSection, Selection, Verdict
 from ksmith_core.run import Run
+from ksmith_core.store import RunStore
 from ksmith_mapelites.archive import MIGRATION_INTERVAL, Elite, IslandArchive
 from ksmith_mapelites.descriptors import describe
+from ksmith_mapelites.report import archive_map_html
 from ksmith_mapelites.sampling import select
 
 NAME = "mapelites"
@@ -32,16 +36,31 @@ def archive_of(run: Run) -> IslandArchive:
     return state["archive"]
 
 
-@hookimpl
-def ksmith_select(run: Run) -> Selection | None:
-    if run.config.select not in (None, NAME):
-        return None
+def select_from_islands(run: Run) -> Selection | None:
     archive = archive_of(run)
     state = run.state(NAME)
     # Islands take turns; after a resume the turn picks up from the evaluation count.
     island = state.get("next_island", run.evaluations % archive.islands)
     state["next_island"] = (island + 1) % archive.islands
     return select(run, archive, island)
+
+
+MAPELITES = Selector(
+    NAME,
+    select_from_islands,
+    "Islands of MAP-Elites grids over kernel descriptors; parents by score and 1 / (1 + children)",
+    default=True,
+)
+
+
+@hookimpl
+def ksmith_register_selectors(register):
+    register(MAPELITES)
+
+
+@hookimpl
+def ksmith_report_sections(store: RunStore) -> list[ReportSection]:
+    return [ReportSection("Archive map", archive_map_html(store.events("archive")), order=40)]
 
 
 @hookimpl
@@ -51,7 +70,7 @@ def ksmith_archive(run: Run, candidate: Candidate, verdict: Verdict) -> list[dic
         archive.fix_attempts[broken_id] += 1
     records: list[dict[str, Any]] = []
     if verdict.accepted:
-        descriptors = describe(candidate.source, verdict.details)
+        descriptors = describe(candidate.source, verdict.launches)
         island = archive.island_of(candidate.island)
         elite = Elite(candidate.id, descriptors.cell(), verdict.score, descriptors, home=island)
         records.extend(archive.add(island, elite, seeds_all=archive.is_empty()))

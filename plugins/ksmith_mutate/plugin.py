@@ -80,6 +80,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ksmith_core import hookimpl
+from ksmith_core.capabilities import Proposer
 from ksmith_core.model import Proposal, Scored, Selection, source_id
 from ksmith_core.novelty import fingerprint
 from ksmith_mutate.bandit import EditBandit, reward_for
@@ -94,21 +95,12 @@ log = logging.getLogger(__name__)
 # up again after BLOCK_SIZE up paid -- is this many times likelier than any other edit of the kind.
 MOMENTUM_WEIGHT = 4.0
 
-__all__ = ["NAME", "best_working_ancestor", "ksmith_propose", "ksmith_register_proposers", "launch_config"]
+__all__ = ["MUTATE", "NAME", "best_working_ancestor", "ksmith_register_proposers", "launch_config", "propose"]
 
 
 @hookimpl
 def ksmith_register_proposers(register):
-    register(
-        NAME, "Offline structured edits of Triton source (libcst), chosen by a bandit over measured gains"
-    )
-
-
-@hookimpl
-def ksmith_propose(run, selection):
-    if run.config.proposer != NAME:
-        return None
-    return propose(run, selection)
+    register(MUTATE)
 
 
 @dataclass(frozen=True)
@@ -292,3 +284,11 @@ def _pick_edit(
         if fresh:
             return edit
     return None
+
+
+MUTATE = Proposer(
+    NAME,
+    propose,
+    "Offline structured edits of Triton source (libcst), chosen by a bandit over measured gains",
+    default=True,
+)

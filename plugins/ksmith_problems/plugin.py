@@ -6,10 +6,10 @@ across categories so that ``ksmith evolve NAME`` finds a problem by name alone.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 from ksmith_core import hookimpl
+from ksmith_core.capabilities import ProblemSuite
 
 NAME = "problems"
 SUITE = "ksmith"
@@ -17,5 +17,7 @@ PROBLEMS_DIR = Path(__file__).parent / "problems"
 
 
 @hookimpl
-def ksmith_register_problems(register: Callable[..., None]) -> None:
-    register(SUITE, PROBLEMS_DIR)
+def ksmith_register_problem_suites(register):
+    register(
+        ProblemSuite(SUITE, PROBLEMS_DIR, "36 KernelBench-format problems, each with a plain Triton seed")
+    )

@@ -2,9 +2,9 @@
 
 ``ksmith report RUN`` writes it. Everything is inline -- CSS, and SVG charts drawn here -- so the file opens
 offline, attaches to an issue, and never fetches anything. It shows the best speedup over evaluations (and
-over cumulative evaluation time), the lineage of the best candidate edit by edit, the archive map (one grid
-per island, read from the selector's ``archive`` records), failures by status, and the best kernel's source
-with its diff from the seed. A run where nothing was accepted, or whose timings come from the Triton
+over cumulative evaluation time), the lineage of the best candidate edit by edit, the sections installed
+plugins add through ``ksmith_report_sections`` (the MAP-Elites archive map), failures by status, and the best
+kernel's source with its diff from the seed. A run where nothing was accepted, or whose timings come from the Triton
 interpreter on a CPU, says so at the top.
 """
 
@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ksmith_core.model import Candidate, Verdict
+from ksmith_core.model import Candidate, ReportSection, Verdict
+from ksmith_core.plugins import get_plugin_manager
 from ksmith_core.store import RunStore
 
 REPORT_NAME = "report.html"
@@ -59,7 +60,7 @@ class _Facts:
     evaluations: list[_Evaluation]
     best: tuple[Candidate, Verdict] | None
     seed: tuple[Candidate, Verdict] | None
-    archive_records: list[dict[str, Any]]
+    plugin_sections: list[ReportSection]
     revalidation: dict[str, Any] | None
     by_id: dict[str, _Evaluation] = field(default_factory=dict)
 
@@ -90,10 +91,18 @@ def _collect(store: RunStore) -> _Facts:
         evaluations=evaluations,
         best=store.best(),
         seed=(seed_eval.candidate, seed_eval.verdict) if seed_eval else None,
-        archive_records=store.events("archive"),
+        plugin_sections=_plugin_sections(store),
         revalidation=revalidations[-1] if revalidations else None,
         by_id=by_id,
     )
+
+
+def _plugin_sections(store: RunStore) -> list[ReportSection]:
+    """What installed plugins add (the MAP-Elites archive map, ...), ordered by ``order`` then title."""
+    sections: list[ReportSection] = []
+    for contributed in get_plugin_manager().hook.ksmith_report_sections(store=store):
+        sections.extend(s for s in contributed or () if isinstance(s, ReportSection))
+    return sorted(sections, key=lambda s: (s.order, s.title))
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -119,8 +128,6 @@ code, pre { font: 12px/1.4 ui-monospace, "SFMono-Regular", Menlo, Consolas, mono
 pre { background: #f7f8fb; border: 1px solid #e3e6ee; padding: 10px; overflow-x: auto; }
 .diff .add { background: #e3f7e6; display: block; } .diff .del { background: #fbe4e4; display: block; }
 .diff .hunk { color: #6b55b0; display: block; } .diff .ctx { display: block; }
-.islands { display: flex; flex-wrap: wrap; gap: 16px; }
-.island h3 { font-size: 14px; margin: 6px 0; }
 svg text { font-family: system-ui, sans-serif; }
 .kv td:first-child { color: #5a6478; }
 """
@@ -139,7 +146,7 @@ def _render(facts: _Facts) -> str:
         _section_overview(facts),
         _section_curves(facts),
         _section_lineage(facts),
-        _section_archive(facts),
+        *(f"<h2>{_e(section.title)}</h2>\n{section.html}" for section in facts.plugin_sections),
         _section_failures(facts),
         _section_source(facts),
         "</body></html>",
@@ -375,122 +382,6 @@ def _section_lineage(facts: _Facts) -> str:
     return head + _raw_table(header, rows)
 
 
-# -- archive map -----------------------------------------------------------------------------------------------
-
-
-def _section_archive(facts: _Facts) -> str:
-    head = "<h2>Archive map</h2>"
-    if not facts.archive_records:
-        return head + "<p>No archive records in this run (its selector keeps no MAP-Elites archive).</p>"
-    islands: dict[int, dict[tuple[int, ...], dict[str, Any]]] = {}
-    for record in facts.archive_records:
-        islands.setdefault(int(record.get("island", 0)), {})[tuple(record.get("cell") or ())] = record
-    scores = [float(r.get("score") or 0.0) for grid in islands.values() for r in grid.values()]
-    low, high = min(scores), max(scores)
-    blocks = sorted({_block_key(r) for grid in islands.values() for r in grid.values()})
-    warps = sorted({_warps_of(r) for grid in islands.values() for r in grid.values()})
-    maps = [_island_map(island, islands[island], blocks, warps, low, high) for island in sorted(islands)]
-    filled = sum(len(grid) for grid in islands.values())
-    migrated = sum(1 for r in facts.archive_records if r.get("reason") == "migrated")
-    intro = (
-        f'<p class="sub">{filled} filled cells over {len(islands)} islands ({migrated} placements by migration). '
-        "Each map projects an island's grid onto block size (elements per program) and num_warps; a square "
-        "shows the best score among the elites there (speedup vs eager) and, when more than one, how many "
-        "elites differ in the other descriptors (stages, tl.dot, launches, memory access).</p>"
-    )
-    return head + intro + '<div class="islands">' + "".join(maps) + "</div>" + _colour_legend(low, high)
-
-
-def _block_key(record: dict[str, Any]) -> int:
-    block = (record.get("descriptors") or {}).get("block")
-    return int(block) if isinstance(block, (int, float)) else 0
-
-
-def _warps_of(record: dict[str, Any]) -> int:
-    warps = (record.get("descriptors") or {}).get("num_warps")
-    return int(warps) if isinstance(warps, (int, float)) else 0
-
-
-def _island_map(
-    island: int,
-    grid: dict[tuple[int, ...], dict[str, Any]],
-    blocks: list[int],
-    warps: list[int],
-    low: float,
-    high: float,
-) -> str:
-    size, left, top = 46, 70, 10
-    width, height = max(left + size * len(blocks) + 10, 260), top + size * len(warps) + 46
-    projected: dict[tuple[int, int], list[dict[str, Any]]] = {}
-    for record in grid.values():
-        projected.setdefault((_block_key(record), _warps_of(record)), []).append(record)
-    out = [f'<div class="island"><h3>island {island}: {len(grid)} cells</h3>']
-    out.append(f'<svg role="img" width="{width}" height="{height}" viewBox="0 0 {width} {height}">')
-    for j, w in enumerate(warps):
-        y = top + size * (len(warps) - 1 - j)
-        out.append(
-            f'<text x="{left - 6}" y="{y + size / 2 + 4:.0f}" font-size="11" text-anchor="end">{w} warps</text>'
-        )
-        for i, b in enumerate(blocks):
-            x = left + size * i
-            records = projected.get((b, w))
-            if not records:
-                out.append(f'<rect x="{x}" y="{y}" width="{size - 2}" height="{size - 2}" fill="#f1f2f6"/>')
-                continue
-            top_record = max(records, key=lambda r: float(r.get("score") or 0.0))
-            score = float(top_record.get("score") or 0.0)
-            fill = _colour(0.5 if high <= low else (score - low) / (high - low))
-            tip = _e(f"{top_record.get('candidate')}: {score:.3f}x, cell {top_record.get('cell')}")
-            out.append(
-                f'<rect x="{x}" y="{y}" width="{size - 2}" height="{size - 2}" fill="{fill}"><title>{tip}</title></rect>'
-            )
-            ink = "#fff" if (score - low) / ((high - low) or 1) < 0.55 else "#111"
-            out.append(
-                f'<text x="{x + size / 2 - 1:.0f}" y="{y + size / 2 + 1:.0f}" font-size="11" '
-                f'text-anchor="middle" fill="{ink}">{_compact(score)}</text>'
-            )
-            if len(records) > 1:
-                out.append(
-                    f'<text x="{x + size - 5}" y="{y + size - 6}" font-size="9" text-anchor="end" '
-                    f'fill="{ink}">&#215;{len(records)}</text>'
-                )
-    for i, b in enumerate(blocks):
-        x = left + size * i + size / 2 - 1
-        label = "run-time" if b == 0 else _short_int(b)
-        out.append(
-            f'<text x="{x:.0f}" y="{top + size * len(warps) + 14}" font-size="10" text-anchor="middle">{label}</text>'
-        )
-    out.append(
-        f'<text x="{left + size * len(blocks) / 2:.0f}" y="{top + size * len(warps) + 34}" font-size="11" '
-        'text-anchor="middle">block (elements per program)</text>'
-    )
-    out.append("</svg></div>")
-    return "\n".join(out)
-
-
-def _colour_legend(low: float, high: float) -> str:
-    stops = "".join(
-        f'<rect x="{60 + i * 24}" y="4" width="24" height="14" fill="{_colour(i / 9)}"/>' for i in range(10)
-    )
-    return (
-        '<svg role="img" width="640" height="24" viewBox="0 0 640 24">'
-        f'<text x="54" y="15" font-size="11" text-anchor="end">{_compact(low)}x</text>{stops}'
-        f'<text x="306" y="15" font-size="11">{_compact(high)}x (score = speedup vs eager)</text></svg>'
-    )
-
-
-_PALETTE = [(68, 1, 84), (59, 82, 139), (33, 145, 140), (94, 201, 98), (253, 231, 37)]
-
-
-def _colour(t: float) -> str:
-    """A viridis-like colour for ``t`` in [0, 1]."""
-    t = min(max(t, 0.0), 1.0) * (len(_PALETTE) - 1)
-    i = min(int(t), len(_PALETTE) - 2)
-    a, b = _PALETTE[i], _PALETTE[i + 1]
-    f = t - i
-    return "#" + "".join(f"{round(a[k] + (b[k] - a[k]) * f):02x}" for k in range(3))
-
-
 # -- failures --------------------------------------------------------------------------------------------------
 
 
@@ -594,20 +485,8 @@ def _x(value: float | None) -> str:
     return f"{value:.3f}x" if abs(value) >= 0.1 or value == 0 else f"{value:.3g}x"
 
 
-def _compact(value: float) -> str:
-    """At most five characters, for a grid square: 1.25, 0.84, 7.4e-4."""
-    if value == 0 or abs(value) >= 0.1:
-        return f"{value:.2f}"
-    mantissa, exponent = f"{value:.1e}".split("e")
-    return f"{mantissa}e{int(exponent)}"
-
-
 def _num(value: float) -> str:
     return f"{value:g}" if abs(value) < 1e5 else f"{value:.2e}"
-
-
-def _short_int(value: int) -> str:
-    return f"{value // 1024}K" if value >= 1024 and value % 1024 == 0 else str(value)
 
 
 def _duration(seconds: float) -> str:

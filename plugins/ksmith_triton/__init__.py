@@ -1,8 +1,11 @@
 """ksmith built-in plugin: the Triton / NVIDIA evaluation backend.
 
-Every candidate runs in a killable child process (``python -m ksmith_triton.worker``); reference outputs come
-from a separate reference process the candidate never reaches, which also judges the outputs. See
-``evaluator.py`` for the protocol, ``guards.py`` for the anti-hacking checks made inside the child.
+Every candidate runs in a killable child process (``python -m ksmith_triton.worker candidate``, whose code is
+``candidate_side.py``); reference outputs come from a separate reference process the candidate never reaches
+(``python -m ksmith_triton.worker reference``, code in ``reference_side.py``), which also compares the
+candidate's outputs with them. The two sides share only ``child_common.py``. See ``evaluator.py`` for the
+protocol, ``guards.py`` for the anti-hacking checks made inside the candidate's process, ``locks.py`` for the
+per-GPU lock (exclusive while timing, shared for other GPU work).
 """
 
 # Bump when anything that changes measured numbers or verdicts changes: it is part of every cache key.

@@ -154,7 +154,21 @@ def compare_outputs(
     tolerance_for: Callable[[str], Tolerance],
     label: str = "",
 ) -> Comparison:
+    """Structure, device, dtype, shape, then values by the dtype's tolerance; the first difference found,
+    with ``label`` (which call it was) recorded in the mismatch as ``where``."""
+    result = _compare_outputs(got, expected, expected_device, tolerance_for, label)
+    if result.mismatch is not None and label:
+        result.mismatch["where"] = label
+    return result
 
+
+def _compare_outputs(
+    got: Outputs,
+    expected: Outputs,
+    expected_device: str,
+    tolerance_for: Callable[[str], Tolerance],
+    label: str,
+) -> Comparison:
     where = f" ({label})" if label else ""
     if got.structure != expected.structure or len(got.tensors) != len(expected.tensors):
         return Comparison(
@@ -254,14 +268,14 @@ def compare_values(index: int, mine: Any, ref: Any, tol: Tolerance, where: str) 
         "numel": b.numel(),
         "atol": tol.atol,
         "rtol": tol.rtol,
-        "expected_value": float(b.flatten()[flat]),
-        "got_value": float(a.flatten()[flat]),
+        "expected": float(b.flatten()[flat]),
+        "got": float(a.flatten()[flat]),
     }
     return Comparison(
         False,
         [
             f"MISMATCH: output {index} max abs error {mismatch['max_abs_error']:.3g} at "
-            f"{tuple(worst)} (expected {mismatch['expected_value']:.6g}, got {mismatch['got_value']:.6g}); "
+            f"{tuple(worst)} (expected {mismatch['expected']:.6g}, got {mismatch['got']:.6g}); "
             f"{mismatch['mismatched']} of {mismatch['numel']} elements outside atol {tol.atol:g} "
             f"rtol {tol.rtol:g}{where}"
         ],

@@ -1,4 +1,4 @@
-"""The evaluation protocol, run in the driver: spawn, have the outputs judged, time, give the verdict.
+"""The evaluation protocol, run in the driver: spawn, compare with the reference, time, give the verdict.
 
 One evaluation:
 
@@ -6,17 +6,17 @@ One evaluation:
 2. The candidate's worker (a child process, started ahead of need: ``pool.py``) builds the problem from its
    source text, generates all inputs from those seeds, installs the guards, imports the candidate and calls
    it once (Triton compiles here; the worker holds the GPU lock shared until then). On the driver's word it
-   runs each trial and writes its outputs.
-3. Only then does the problem's reference worker compute reference outputs for the same seeds and judge the
-   candidate's output files against them on the device: the candidate runs first and in another process, so
-   it can neither read nor disturb them.
+   runs each trial and writes its outputs (``candidate_side.run_trials_and_timing``).
+3. Only then does the problem's reference worker compute reference outputs for the same seeds and compare the
+   candidate's outputs with them on the device (``reference_side.compare_with_reference``): the candidate
+   runs first and in another process, so it can neither read nor disturb them.
 4. If correct, reference timings (eager and torch.compile) come from the cache or are measured, and the
-   candidate is timed in its still-running worker, both holding the device's lock exclusively. The outputs
-   of the last timed calls are judged against the reference too (a result cache shows up there).
+   candidate is timed in its still-running worker, both under the device's ``exclusive_gpu_lock``. The
+   outputs of the last timed calls are compared with the reference too (a result cache shows up there).
 5. Speedups, the roofline fraction, and flags (a > 10x speedup is re-validated on fresh inputs in a new worker).
 
-Every other GPU step (trials, reference outputs, comparison) holds the device's lock shared, so concurrent
-evaluations overlap with each other but never with a timed loop (``locks.py``).
+Every other GPU step (trials, reference outputs, comparison) holds the device's ``shared_gpu_lock``, so
+concurrent evaluations overlap with each other but never with a timed loop (``locks.py``).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ import secrets
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,7 @@ from ksmith_core.model import (
     DEFAULT_TOLERANCES,
     Candidate,
     EvalOptions,
+    Mismatch,
     Problem,
     Status,
     TimingStats,
@@ -45,11 +47,11 @@ from ksmith_triton.compare import tolerance_table
 from ksmith_triton.locks import (
     LOCK_DIR_ENV,
     choose_gpu,
-    device_lock,
-    gpu_work,
+    exclusive_gpu_lock,
     lock_dir,
     lock_wait_s,
     physical_gpu,
+    shared_gpu_lock,
 )
 from ksmith_triton.pool import POOL, discard
 from ksmith_triton.refcache import ReferenceCache
@@ -61,7 +63,7 @@ TIMING_SETS = {"cuda": 3, "cpu": 2}
 CPU_TIMING_TRIALS = 3
 CPU_WARMUP = 1
 REFERENCE_TIMEOUT_S = 900.0
-JUDGE_TIMEOUT_MIN_S = 60.0  # judging one candidate's outputs takes at most this or the candidate's timeout
+COMPARE_TIMEOUT_MIN_S = 60.0  # comparing a candidate's outputs takes at most this or the candidate's timeout
 MAX_REFERENCE_WORKERS = 16  # warm reference processes kept; the least recently used one goes first
 OUTPUT_TAIL_IN_DETAILS = 1500
 
@@ -137,7 +139,7 @@ class ReferenceWorker:
                 self._close_now()
             return result  # type: ignore[return-value]
 
-    def judge(
+    def compare_with_reference(
         self,
         init_seed: int,
         seeds: list[int],
@@ -146,10 +148,16 @@ class ReferenceWorker:
         timeout_s: float = REFERENCE_TIMEOUT_S,
         **options: Any,
     ) -> dict[str, Any]:
-        """Reference outputs for ``seeds``, and the candidate's output files (described by ``got``) judged
-        against them; see ``worker.reference_judge``."""
+        """Reference outputs for ``seeds``, and the candidate's outputs (described by ``got``) compared with
+        them in the reference process; see ``reference_side.compare_with_reference``."""
         return self.request(
-            "judge", timeout_s, init_seed=init_seed, seeds=seeds, got=got, directory=str(directory), **options
+            "compare",
+            timeout_s,
+            init_seed=init_seed,
+            seeds=seeds,
+            got=got,
+            directory=str(directory),
+            **options,
         )
 
     def close(self) -> None:
@@ -221,15 +229,9 @@ def evaluate(problem: Problem, candidate: Candidate, options: EvalOptions) -> Ve
             device=options.device,
             interpreted=options.device == "cpu",
             reasons=(f"EVALUATOR_ERROR: {type(exc).__name__}: {exc}",),
-            details={"error": "".join(traceback.format_exception(exc))[-4000:]},
+            error="".join(traceback.format_exception(exc))[-4000:],
         )
-    return _with_seconds(verdict, time.monotonic() - started)
-
-
-def _with_seconds(verdict: Verdict, seconds: float) -> Verdict:
-    data = verdict.to_dict()
-    data["eval_seconds"] = round(seconds, 3)
-    return Verdict.from_dict(data)
+    return replace(verdict, eval_seconds=round(time.monotonic() - started, 3))
 
 
 def evaluate_many(
@@ -257,6 +259,12 @@ class Evaluation:
         }
         if self.gpu is not None:
             self.details["gpu"] = self.gpu
+        # The verdict's typed fields, filled as the protocol goes (see ksmith_core.model.Verdict).
+        self.error = ""
+        self.mismatch: Mismatch | None = None
+        self.launches: list[int] = []
+        self.phases: dict[str, float] = {}  # seconds per phase, for whoever tunes throughput
+        self.roofline_bound: str | None = None
         self.child: Child | None = None
         self._job: dict[str, Any] = {}
 
@@ -274,6 +282,11 @@ class Evaluation:
             reasons=tuple(reasons),
             device=self.device,
             interpreted=self.interpreted,
+            error=self.error,
+            mismatch=self.mismatch,
+            launches=tuple(self.launches),
+            phases=self.phases,
+            roofline_bound=self.roofline_bound,
             details=self.details,
             **fields,
         )
@@ -328,11 +341,12 @@ class Evaluation:
             )
         reasons = list(message.get("reasons") or [message.get("reason") or "RUNTIME_ERROR: unknown failure"])
         if message.get("error"):
-            self.details["error"] = message["error"]
+            self.error = str(message["error"])
         if message.get("forbidden_ops"):
             self.details["ops"] = message["forbidden_ops"]
         if "launches" in message:
-            self.details["launches"] = message["launches"]
+            launches = message["launches"]
+            self.launches = [launches] if isinstance(launches, int) else list(launches or [])
         try:
             status = Status(message.get("status", "runtime_error"))
         except ValueError:
@@ -345,7 +359,7 @@ class Evaluation:
         try:
             compile(self.candidate.source, "candidate.py", "exec")
         except SyntaxError as exc:
-            self.details["error"] = f"candidate.py, line {exc.lineno}: {exc.msg}\n{(exc.text or '').rstrip()}"
+            self.error = f"candidate.py, line {exc.lineno}: {exc.msg}\n{(exc.text or '').rstrip()}"
             return self.verdict(Status.COMPILE_ERROR, [f"SYNTAX_ERROR: line {exc.lineno}: {exc.msg}"])
         self.child = child = POOL.take(self.device, child_env(self.device, self.gpu))
         try:
@@ -378,7 +392,7 @@ class Evaluation:
         child.start(job)
         worker = reference_worker(self.problem, self.device, self.gpu, self.small)
         worker.warm()  # its start-up overlaps the candidate's; it computes nothing until asked below
-        phases = self.details.setdefault("phases", {})  # seconds per phase, for whoever tunes throughput
+        phases = self.phases
 
         # Waiting for the GPU (a spare still starting, other holders of the lock) is not the candidate's time.
         clock = time.monotonic()
@@ -399,7 +413,7 @@ class Evaluation:
             self.details["worker_steps"] = report["steps"]
 
         clock = time.monotonic()
-        with gpu_work(self.device, self.gpu):
+        with shared_gpu_lock(self.device, self.gpu):
             child.send({"op": "trials"})
             report = child.wait_message("correctness", opts.timeout_s)
         phases["candidate_trials"] = round(time.monotonic() - clock, 3)
@@ -407,16 +421,18 @@ class Evaluation:
         if failed is not None:
             return failed
         trials = report["trials"]
-        self.details["launches"] = [t.get("launches") for t in trials]
+        self.launches = [int(t["launches"]) for t in trials if isinstance(t.get("launches"), int)]
 
         # The candidate has reported; only now are the reference outputs computed, in another process.
         clock = time.monotonic()
-        judged = self._judge_outputs(worker, child, trial_seeds, trials, "trial", degenerate_check=True)
-        phases["reference_judge"] = round(time.monotonic() - clock, 3)
-        if isinstance(judged, Verdict):
-            return judged
-        if judged["degenerate"]:
-            return self.verdict(Status.REJECTED, judged["degenerate"])
+        compared = self._compare_outputs_in_reference(
+            worker, child, trial_seeds, trials, "trial", degenerate_check=True
+        )
+        phases["reference_compare"] = round(time.monotonic() - clock, 3)
+        if isinstance(compared, Verdict):
+            return compared
+        if compared["degenerate"]:
+            return self.verdict(Status.REJECTED, compared["degenerate"])
         for index, trial in enumerate(trials):
             if trial.get("mutated_inputs"):
                 return self.verdict(
@@ -426,14 +442,14 @@ class Evaluation:
                         f"(trial {index}); inputs must be left as they were"
                     ],
                 )
-        failed = self.failed_comparison(judged, len(trials))
+        failed = self.failed_comparison(compared, len(trials))
         if failed is not None:
             return failed
         if self.revalidation:
             return self.verdict(Status.OK, correct=True)
-        return self._time(child, worker, judged["meta"])
+        return self._time(child, worker, compared["meta"])
 
-    def _judge_outputs(
+    def _compare_outputs_in_reference(
         self,
         worker: ReferenceWorker,
         child: Child,
@@ -442,14 +458,16 @@ class Evaluation:
         label: str,
         degenerate_check: bool = False,
     ) -> dict[str, Any] | Verdict:
+        """The reference process's comparison of the candidate's outputs (``got``) with the reference outputs
+        for ``seeds``; a verdict instead when the reference could not run beside the candidate's process."""
         tolerances = tolerance_table(
             self.problem.tolerance_for, tuple({*DEFAULT_TOLERANCES, *self.problem.tolerances})
         )
         reports = [{"structure": g.get("structure"), "outputs": g.get("outputs", [])} for g in got]
         directory = child.scratch / "outputs"
         try:
-            with gpu_work(self.device, self.gpu):
-                return worker.judge(
+            with shared_gpu_lock(self.device, self.gpu):
+                return worker.compare_with_reference(
                     self._job["init_seed"],
                     seeds,
                     reports,
@@ -457,7 +475,7 @@ class Evaluation:
                     label=label,
                     tolerances=tolerances,
                     degenerate_check=degenerate_check,
-                    timeout_s=max(JUDGE_TIMEOUT_MIN_S, self.options.timeout_s),
+                    timeout_s=max(COMPARE_TIMEOUT_MIN_S, self.options.timeout_s),
                 )
         except ProblemError:
             if self.device != "cuda":
@@ -465,8 +483,10 @@ class Evaluation:
             # The candidate's process is still alive and may hold the GPU's memory: retry without it. If the
             # reference fails again the problem itself is broken, and that error goes to the user.
             child.kill()
-            with gpu_work(self.device, self.gpu):
-                worker.judge(self._job["init_seed"], seeds, [], directory, label=label, tolerances=tolerances)
+            with shared_gpu_lock(self.device, self.gpu):
+                worker.compare_with_reference(
+                    self._job["init_seed"], seeds, [], directory, label=label, tolerances=tolerances
+                )
             return self.verdict(
                 Status.RUNTIME_ERROR,
                 [
@@ -475,12 +495,12 @@ class Evaluation:
                 ],
             )
 
-    def failed_comparison(self, judged: dict[str, Any], count: int, timed: bool = False) -> Verdict | None:
-        comparisons = judged["comparisons"]
+    def failed_comparison(self, compared: dict[str, Any], count: int, timed: bool = False) -> Verdict | None:
+        comparisons = compared["comparisons"]
         for result in comparisons:
             if not result["correct"]:
                 if result.get("mismatch"):
-                    self.details["mismatch"] = result["mismatch"]
+                    self.mismatch = Mismatch.from_dict(result["mismatch"])
                 reasons = list(result["reasons"])
                 if timed:
                     reasons = [
@@ -493,7 +513,7 @@ class Evaluation:
         if len(comparisons) != count:
             return self.verdict(
                 Status.REJECTED,
-                [f"FORGED_OUTPUT: {count} output sets expected, {len(comparisons)} were judged"],
+                [f"FORGED_OUTPUT: {count} output sets expected, {len(comparisons)} were compared"],
             )
         return None
 
@@ -502,10 +522,10 @@ class Evaluation:
         trials, warmup = self.timing_plan()
         clock = time.monotonic()
         reference = self.reference_timing(worker, trials, warmup)
-        phases = self.details.setdefault("phases", {})
+        phases = self.phases
         phases["reference_timing"] = round(time.monotonic() - clock, 3)
         clock = time.monotonic()
-        with device_lock(self.device, self.gpu):
+        with exclusive_gpu_lock(self.device, self.gpu):
             child.send({"op": "time", "trials": trials, "warmup": warmup})
             report = child.wait_message("timing", opts.timeout_s)
         phases["candidate_timing"] = round(time.monotonic() - clock, 3)
@@ -514,16 +534,18 @@ class Evaluation:
             return failed
         clock = time.monotonic()
         timed = report["timed"]
-        judged = self._judge_outputs(worker, child, self._job["timing_seeds"], timed, "timed input set")
-        phases["timed_outputs_judge"] = round(time.monotonic() - clock, 3)
+        compared = self._compare_outputs_in_reference(
+            worker, child, self._job["timing_seeds"], timed, "timed input set"
+        )
+        phases["timed_outputs_compare"] = round(time.monotonic() - clock, 3)
         child.kill()  # only now: its GPU outputs were read in place
-        if isinstance(judged, Verdict):
-            return judged
-        failed = self.failed_comparison(judged, len(self._job["timing_seeds"]), timed=True)
+        if isinstance(compared, Verdict):
+            return compared
+        failed = self.failed_comparison(compared, len(self._job["timing_seeds"]), timed=True)
         if failed is not None:
             return failed
         runtime = TimingStats.from_samples(report["samples_ms"])
-        return self._judge(runtime, reference, meta)
+        return self._verdict_from_timings(runtime, reference, meta)
 
     def timing_plan(self) -> tuple[int, int]:
         """(timed calls, warm-up calls): the protocol's on a GPU, a few on the CPU interpreter."""
@@ -560,9 +582,9 @@ class Evaluation:
                 }
                 # torch.compile runs here (seconds, once per problem and GPU); it may benchmark configurations
                 # on the GPU, so it holds the lock shared: it waits for a timing and no timing overlaps it.
-                with gpu_work(self.device, self.gpu):
+                with shared_gpu_lock(self.device, self.gpu):
                     worker.request("prepare_time", **request)
-                with device_lock(self.device, self.gpu):
+                with exclusive_gpu_lock(self.device, self.gpu):
                     found = worker.request("time", **request)
                 found = {k: found.get(k) for k in ("eager_ms", "compile_ms", "compile_error")}
                 cache.set(key, found)
@@ -572,7 +594,7 @@ class Evaluation:
                 )
                 ceilings = cache.get(ceilings_key)
                 if ceilings is None:
-                    with device_lock(self.device, self.gpu):
+                    with exclusive_gpu_lock(self.device, self.gpu):
                         ceilings = worker.request("ceilings")
                     ceilings = {k: ceilings[k] for k in ("bandwidth_bytes_s", "flops_s")}
                     cache.set(ceilings_key, ceilings)
@@ -582,7 +604,11 @@ class Evaluation:
         finally:
             cache.close()
 
-    def _judge(self, runtime: TimingStats, reference: dict[str, Any], meta: dict[str, Any]) -> Verdict:
+    def _verdict_from_timings(
+        self, runtime: TimingStats, reference: dict[str, Any], meta: dict[str, Any]
+    ) -> Verdict:
+        """The candidate's outputs were correct: speedups, the roofline fraction, and a re-validation of a
+        suspiciously large speedup."""
         eager = TimingStats.from_samples(reference["eager_ms"])
         compiled = TimingStats.from_samples(reference["compile_ms"]) if reference.get("compile_ms") else None
         if reference.get("compile_error"):
@@ -597,7 +623,7 @@ class Evaluation:
             ceilings = reference["ceilings"]
             fraction = roofline_fraction(runtime.median_ms, bytes_moved, meta.get("flops", 0.0), ceilings)
             # Which floor binds tells a bench whether a problem counts as memory- or compute-bound.
-            self.details["roofline_bound"] = roofline_bound(
+            self.roofline_bound = roofline_bound(
                 bytes_moved,
                 meta.get("flops", 0.0),
                 ceilings.get("bandwidth_bytes_s", 0.0),
@@ -615,6 +641,10 @@ class Evaluation:
                         "did not survive re-validation on fresh inputs",
                     ),
                     device=self.device,
+                    error=again.error,
+                    mismatch=again.mismatch,
+                    launches=again.launches,
+                    phases=self.phases,
                     details={**self.details, **dict(again.details)},
                 )
             reasons.append(

@@ -1,10 +1,18 @@
 """Which GPU a candidate runs on, and the per-GPU lock that keeps timing alone on its device.
 
-Timing takes the lock exclusively; every other piece of GPU work of an evaluation takes it shared, so those
-overlap each other but never a timed loop. The driver holds it for the work it asks of a worker (correctness
-trials, reference outputs, comparisons, torch.compile of a reference); a candidate worker holds it itself for
-what it does on its own (creating its CUDA context when it starts as a spare, generating inputs, the first
-call of the candidate), so a spare starting up or a candidate compiling never lands inside another's timing.
+One lock per GPU, taken two ways:
+
+``exclusive_gpu_lock``
+    EXCLUSIVE: held while timing (the candidate's timed loop, the eager / torch.compile references, the GPU's
+    ceilings). Nothing else of ksmith's runs on that GPU meanwhile.
+
+``shared_gpu_lock``
+    SHARED: held for every other piece of GPU work of an evaluation, so those overlap each other but never a
+    timed loop. The driver holds it for the work it asks of a worker (correctness trials, reference outputs,
+    comparisons, torch.compile of a reference); a candidate worker holds it itself, through
+    ``WorkerSharedHold``, for what it does on its own (creating its CUDA context when it starts as a spare,
+    generating inputs, the first call of the candidate), so a spare starting up or a candidate compiling never
+    lands inside another's timing.
 
 Across processes the lock is an flock on one file per GPU, with a second file as a turnstile: a timer holds
 the turnstile while it waits, and every shared holder passes through it first, so waiting timers go before
@@ -205,8 +213,9 @@ def _gpu_lock(gpu: str | None, exclusive: bool) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def device_lock(device: str, gpu: str | None) -> Iterator[None]:
-    """Hold the timing lock of one device exclusively (nothing else of ksmith's runs on that GPU meanwhile).
+def exclusive_gpu_lock(device: str, gpu: str | None) -> Iterator[None]:
+    """Hold the lock of one device exclusively, for timing (nothing else of ksmith's runs on that GPU
+    meanwhile).
 
     Interpreted CPU timings are never compared with anything outside this process, so the CPU lock is this
     process's own (other programs' evaluations on the same machine do not queue behind each other).
@@ -220,8 +229,9 @@ def device_lock(device: str, gpu: str | None) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def gpu_work(device: str, gpu: str | None) -> Iterator[None]:
-    """Hold the device's lock shared: GPU work that may overlap other such work but not a timed loop."""
+def shared_gpu_lock(device: str, gpu: str | None) -> Iterator[None]:
+    """Hold the device's lock shared, for any GPU work but timing: it may overlap other such work but not a
+    timed loop."""
     if device != "cuda":
         yield
         return
@@ -229,8 +239,9 @@ def gpu_work(device: str, gpu: str | None) -> Iterator[None]:
         yield
 
 
-class WorkerHold:
-    """A worker's own shared hold of its GPU's lock, for setup work it does without being asked.
+class WorkerSharedHold:
+    """A worker's own shared hold of its GPU's lock (``shared_gpu_lock``), for setup work it does without
+    being asked.
 
     The GPU is the one the worker was started on (its CUDA_VISIBLE_DEVICES). Released explicitly, and at the
     latest when the process ends (flocks die with their process).
@@ -239,7 +250,7 @@ class WorkerHold:
     def __init__(self, device: str | None) -> None:
         self._held: contextlib.AbstractContextManager | None = None
         if device == "cuda":
-            self._held = gpu_work(device, os.environ.get("CUDA_VISIBLE_DEVICES") or "0")
+            self._held = shared_gpu_lock(device, os.environ.get("CUDA_VISIBLE_DEVICES") or "0")
             self._held.__enter__()
 
     def release(self) -> None:
@@ -247,7 +258,7 @@ class WorkerHold:
         if held is not None:
             held.__exit__(None, None, None)
 
-    def __enter__(self) -> WorkerHold:
+    def __enter__(self) -> WorkerSharedHold:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -1,9 +1,10 @@
 """Child processes: spawning with a scrubbed environment, a scratch directory, limits, timeouts and kill.
 
-A child is ``python -m ksmith_triton.worker`` in its own session (so the whole process group can be killed),
-with stdout/stderr going to files in its scratch directory, commands arriving on stdin and reports leaving on
-a separate pipe. Memory: on CPU the child caps its own address space (RLIMIT_AS); on CUDA the driver maps
-huge virtual ranges, so the parent watches the resident set size instead and kills past the limit.
+A child is ``python -m ksmith_triton.worker ROLE`` (``candidate`` or ``reference``: ``worker.py``) in its own
+session (so the whole process group can be killed), with stdout/stderr going to files in its scratch
+directory, commands arriving on stdin and reports leaving on a separate pipe. Memory: on CPU the child caps
+its own address space (RLIMIT_AS); on CUDA the driver maps huge virtual ranges, so the parent watches the
+resident set size instead and kills past the limit.
 """
 
 from __future__ import annotations

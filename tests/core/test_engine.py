@@ -17,7 +17,7 @@ def start(toy_problem, tmp_path, **config):
     problem_path, seed_path = toy_problem
     problem = load_problem(problem_path)
     seed = load_candidate(seed_path)
-    cfg = RunConfig(proposer="toy", select="greedy", **config)
+    cfg = RunConfig(**{"proposer": "toy", "select": "greedy", **config})
     return Engine.start(problem, seed, cfg, tmp_path / "run"), seed
 
 
@@ -134,7 +134,7 @@ def test_bad_config_is_refused(kwargs):
 
 
 def test_near_duplicates_are_never_evaluated(toy_plugin, register_near_duplicates, toy_problem, tmp_path):
-    engine, seed = start(toy_problem, tmp_path, budget=6, proposals_per_step=1)
+    engine, seed = start(toy_problem, tmp_path, budget=6, proposals_per_step=1, proposer="recomment")
     result = engine.evolve(seed)
     sources = [s.candidate.source for s in engine.run.population]
     engine.close()
@@ -145,16 +145,19 @@ def test_near_duplicates_are_never_evaluated(toy_plugin, register_near_duplicate
 
 @pytest.fixture
 def register_near_duplicates(toy_plugin):
-    from ksmith_core import hookimpl
+    from ksmith_core import Proposer, hookimpl
     from ksmith_core.model import Proposal
     from ksmith_core.plugins import get_plugin_manager
 
+    def recomment(run, selection):
+        parent = selection.parents[0].candidate
+        source = parent.source.replace("SPEED = ", f"# comment {run.rng.random()}\nSPEED = ", 1)
+        return [Proposal(source=source, parent_ids=(parent.id,), edit="comment", proposer="toy")]
+
     class Recommenter:
-        @hookimpl(tryfirst=True)
-        def ksmith_propose(self, run, selection):
-            parent = selection.parents[0].candidate
-            source = parent.source.replace("SPEED = ", f"# comment {run.rng.random()}\nSPEED = ", 1)
-            return [Proposal(source=source, parent_ids=(parent.id,), edit="comment", proposer="toy")]
+        @hookimpl
+        def ksmith_register_proposers(self, register):
+            register(Proposer("recomment", recomment))
 
     pm = get_plugin_manager()
     pm.register(Recommenter(), name="recommenter")

@@ -1,4 +1,4 @@
-"""Every hook is documented in docs/hooks.md and has a test of its own here (test_hook_<name>)."""
+"""Every hook has a test of its own here (test_hook_<name>), and docs/hooks.md is what the code says."""
 
 from __future__ import annotations
 
@@ -6,15 +6,31 @@ import inspect
 import re
 from pathlib import Path
 
+import click
 import pytest
 
-from ksmith_core import hookimpl, hookspecs
+from ksmith_core import (
+    Backend,
+    EvalJob,
+    Executor,
+    Exporter,
+    Platform,
+    ProblemSuite,
+    Proposer,
+    ReportSection,
+    SeedMethod,
+    Selector,
+    hookdoc,
+    hookimpl,
+    hookspecs,
+)
 from ksmith_core.engine import MAX_BARREN_STEPS, Engine, evaluate
 from ksmith_core.errors import PluginError
 from ksmith_core.exporting import export_from_run
 from ksmith_core.loading import load_candidate, load_problem, resolve_problem
 from ksmith_core.model import Artifact, EvalOptions, Selection
-from ksmith_core.plugins import backends, get_plugin_manager, problem_suites, proposers
+from ksmith_core.plugins import get_plugin_manager
+from ksmith_core.registry import lookup, registry
 from ksmith_core.run import RunConfig
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "hooks.md"
@@ -23,11 +39,10 @@ HOOKS = sorted(
 )
 
 
-def test_every_hook_is_documented_with_its_signature():
-    text = DOCS.read_text()
-    for name in HOOKS:
-        args = ", ".join(inspect.signature(getattr(hookspecs, name)).parameters)
-        assert f"### {name}({args})" in text, f"docs/hooks.md lacks a section '### {name}({args})'"
+def test_hooks_md_is_generated_from_the_code():
+    assert DOCS.read_text() == hookdoc.render(), (
+        "docs/hooks.md differs from the hook specifications: run `python -m ksmith_core.hookdoc > docs/hooks.md`"
+    )
 
 
 def test_every_hook_has_a_test():
@@ -64,39 +79,42 @@ def toy_engine(toy_problem, tmp_path, **config):
 
 
 def test_hook_ksmith_register_proposers(toy_plugin):
-    assert proposers()["toy"] == "test proposer: bumps SPEED"
+    assert lookup(Proposer, "toy").description == "test proposer: bumps SPEED"
+    assert registry().default(Proposer).name == "mutate"  # the built-in default
 
 
 def test_hook_ksmith_register_backends(toy_plugin):
-    assert "toy" in backends()
+    assert lookup(Backend, "toy").name == "toy"
+    assert "triton" in registry().names(Backend)
 
 
-def test_hook_ksmith_register_problems(register_plugin, toy_problem):
+def test_hook_ksmith_register_problem_suites(register_plugin, toy_problem):
     directory = toy_problem[0].parent
 
     class Suite:
         @hookimpl
-        def ksmith_register_problems(self, register):
-            register("test-suite", directory)
+        def ksmith_register_problem_suites(self, register):
+            register(ProblemSuite("test-suite", directory))
 
     register_plugin(Suite(), "suite")
-    assert problem_suites()["test-suite"] == directory
+    assert lookup(ProblemSuite, "test-suite").directory == directory
     assert resolve_problem("toy").path == toy_problem[0].resolve()
 
 
-def test_hook_ksmith_select(toy_plugin, register_plugin, toy_problem, tmp_path):
+def test_hook_ksmith_register_selectors(toy_plugin, register_plugin, toy_problem, tmp_path):
     calls = []
+
+    def always_seed(run):
+        calls.append(run.evaluations)
+        return Selection(parents=(run.by_id[run.seed_id],), island=3)
 
     class AlwaysSeed:
         @hookimpl
-        def ksmith_select(self, run):
-            calls.append(run.evaluations)
-            if run.config.select != "always-seed":
-                return None
-            seed = run.by_id[run.seed_id]
-            return Selection(parents=(seed,), island=3)
+        def ksmith_register_selectors(self, register):
+            register(Selector("always-seed", always_seed, "the seed, every time"))
 
     register_plugin(AlwaysSeed(), "always-seed")
+    assert registry().default(Selector).name == "mapelites"  # a selector without default=True is not it
     engine, seed = toy_engine(toy_problem, tmp_path, budget=5, select="always-seed", proposals_per_step=1)
     result = engine.evolve(seed)
     population = engine.run.population
@@ -106,26 +124,164 @@ def test_hook_ksmith_select(toy_plugin, register_plugin, toy_problem, tmp_path):
     assert [s.candidate.parent_ids for s in population] == [(), (seed.id,)]
     assert population[1].candidate.island == 3
     assert result.stop_reason == "exhausted"
-    assert calls == [1] + [2] * MAX_BARREN_STEPS  # once before every step
+    assert calls == [1] + [2] * MAX_BARREN_STEPS  # once before every step, never for another selector's run
 
 
-def test_hook_ksmith_propose(toy_plugin, toy_problem, tmp_path):
+def test_proposers_are_called_by_name_only(toy_plugin, toy_problem, tmp_path):
     engine, seed = toy_engine(toy_problem, tmp_path, budget=5, proposals_per_step=2)
     engine.evolve(seed)
     stored = [c for _, c, _ in engine.run.store.evaluations()]
     engine.close()
-    assert toy_plugin.calls["ksmith_propose"] == 2  # 4 evaluations after the seed, 2 per step
+    assert toy_plugin.calls["propose"] == 2  # 4 evaluations after the seed, 2 per step
     assert [c.proposer for c in stored] == ["seed", "toy", "toy", "toy", "toy"]
     assert stored[1].edit.startswith("SPEED -> ")
 
 
-def test_hook_ksmith_evaluate(toy_plugin, toy_problem, data_dir):
+def test_backends_are_called_by_the_problems_backend_name(toy_plugin, toy_problem):
     problem = load_problem(toy_problem[0])
     verdict = evaluate(problem, load_candidate(toy_problem[1]), EvalOptions())
     assert verdict.accepted and verdict.speedup == 1.0
-    other = load_problem(toy_problem[0]).__class__(**{**problem.__dict__, "backend": "cobol"})
-    with pytest.raises(PluginError, match="no plugin evaluates backend 'cobol'"):
+    assert verdict.feedback.startswith("status: ok")  # filled by the core from the typed fields
+    other = problem.__class__(**{**problem.__dict__, "backend": "cobol"})
+    with pytest.raises(PluginError, match=r"unknown backend 'cobol' \(registered: .*toy.*triton"):
         evaluate(other, load_candidate(toy_problem[1]), EvalOptions())
+
+
+def test_hook_ksmith_register_executors(toy_plugin, register_plugin, toy_problem, tmp_path):
+    batches = []
+
+    def run_in_order(jobs, parallel):
+        batches.append((len(jobs), parallel))
+        return [evaluate(job.problem, job.candidate, job.options) for job in jobs]
+
+    class Serial:
+        @hookimpl
+        def ksmith_register_executors(self, register):
+            register(Executor("serial", run_in_order, "one after another"))
+
+    register_plugin(Serial(), "serial")
+    engine, seed = toy_engine(toy_problem, tmp_path, budget=5, executor="serial", parallel=3)
+    engine.evolve(seed)
+    engine.close()
+    assert batches == [(1, 1), (2, 2), (2, 2)]  # the seed, then one batch per step
+    assert registry().default(Executor).name == "local"
+    job = EvalJob(load_problem(toy_problem[0]), load_candidate(toy_problem[1]), EvalOptions())
+    assert [v.speedup for v in lookup(Executor, "local").run([job, job], 2)] == [1.0, 1.0]
+
+
+def test_hook_ksmith_register_exporters(toy_plugin, register_plugin, toy_problem, tmp_path):
+    def write_text(run, candidate, options):
+        out = Path(options["output"])
+        out.write_text(candidate.source)
+        return Artifact(
+            target="text", paths=(out,), summary=f"{options['problem'].name} from {run.path.name}"
+        )
+
+    class Text:
+        @hookimpl
+        def ksmith_register_exporters(self, register):
+            register(Exporter("text", write_text))
+
+    register_plugin(Text(), "text-exporter")
+    engine, seed = toy_engine(toy_problem, tmp_path, budget=3)
+    result = engine.evolve(seed)
+    engine.close()
+    artifact = export_from_run(str(tmp_path / "run"), "text", tmp_path / "best.txt")
+    assert artifact.summary == "toy from run"
+    assert (tmp_path / "best.txt").read_text() == result.best.candidate.source
+    with pytest.raises(PluginError, match=r"unknown exporter 'nope' \(registered: library, text\)"):
+        export_from_run(str(tmp_path / "run"), "nope", tmp_path / "x")
+
+
+def test_hook_ksmith_register_platforms(register_plugin):
+    class Board:
+        @hookimpl
+        def ksmith_register_platforms(self, register):
+            register(Platform("test-board", lambda: True, lambda: {"warp_size": 64}))
+
+    register_plugin(Board(), "board")
+    board = lookup(Platform, "test-board")
+    assert board.detect() and board.facts()["warp_size"] == 64
+
+
+def test_hook_ksmith_register_seed_methods(toy_plugin, register_plugin, toy_problem, tmp_path):
+    from ksmith_core.cli import build
+    from ksmith_core.model import Proposal
+
+    from .toy import SEED
+
+    asked = []
+
+    def seed(problem, options):
+        asked.append((problem.name, options["device"], options["method_options"]))
+        return Proposal(source=SEED, edit="first kernel", edit_kind="seed", proposer="toy-seed")
+
+    class Seeder:
+        @hookimpl
+        def ksmith_register_seed_methods(self, register):
+            register(SeedMethod("toy-seed", seed))
+
+    register_plugin(Seeder(), "seeder")
+    cli = build()
+    problem = str(toy_problem[0])
+    out = tmp_path / "seed.py"
+    cli.main(
+        ["seed", problem, "--from", "toy-seed", "-o", str(out), "--device", "cpu"], standalone_mode=False
+    )
+    assert out.read_text() == SEED and asked == [("toy", "cpu", {})]
+
+    runs = tmp_path / "runs"
+    cli.main(
+        [
+            "evolve",
+            problem,
+            "--seed-from",
+            "toy-seed",
+            "--proposer",
+            "toy",
+            "--budget",
+            "3",
+            "--device",
+            "cpu",
+            "--run-dir",
+            str(runs),
+        ],
+        standalone_mode=False,
+    )
+    engine = Engine.resume(runs)
+    assert engine.run.population[0].candidate.source == SEED
+    assert engine.run.population[0].candidate.proposer == "toy-seed"
+    engine.close()
+
+    with pytest.raises(PluginError, match=r"unknown seed method 'nope' \(registered: .*toy-seed"):
+        cli.main(
+            ["seed", problem, "--from", "nope", "-o", str(out), "--device", "cpu"], standalone_mode=False
+        )
+
+
+def test_hook_ksmith_register_commands(ksmith_cmd, tmp_path):
+    import os
+    import subprocess
+
+    (tmp_path / "hello_command.py").write_text(
+        "import click\nfrom ksmith_core import hookimpl\n\n"
+        "@hookimpl\ndef ksmith_register_commands(cli):\n"
+        "    @cli.command()\n    @click.argument('name')\n"
+        "    def hello(name):\n        click.echo(f'hello {name}')\n"
+    )
+    env = {**os.environ, "KSMITH_PLUGIN_MODULES": "hello_command", "PYTHONPATH": str(tmp_path)}
+    proc = subprocess.run(
+        [*ksmith_cmd, "hello", "kernels"], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert proc.returncode == 0 and proc.stdout == "hello kernels\n", proc.stderr
+    listed = subprocess.run([*ksmith_cmd, "plugins", "--json"], capture_output=True, text=True, env=env)
+    import json
+
+    plugin = {p["name"]: p for p in json.loads(listed.stdout)}["hello_command"]
+    assert plugin["registered"]["commands"] == ["hello"]
+    builtin = {p["name"]: p for p in json.loads(listed.stdout)}
+    assert builtin["bench"]["registered"]["commands"] == ["bench"]
+    assert builtin["report"]["registered"]["commands"] == ["report"]
 
 
 def test_hook_ksmith_archive(toy_plugin, register_plugin, toy_problem, tmp_path):
@@ -154,25 +310,6 @@ def test_hook_ksmith_archive(toy_plugin, register_plugin, toy_problem, tmp_path)
     resumed.close()
 
 
-def test_hook_ksmith_export(toy_plugin, register_plugin, toy_problem, tmp_path):
-    class Exporter:
-        @hookimpl
-        def ksmith_export(self, target, candidate, options):
-            if target != "text":
-                return None
-            out = Path(options["output"])
-            out.write_text(candidate.source)
-            return Artifact(target="text", paths=(out,), summary=options["problem"].name)
-
-    register_plugin(Exporter(), "exporter")
-    engine, seed = toy_engine(toy_problem, tmp_path, budget=3)
-    result = engine.evolve(seed)
-    engine.close()
-    artifact = export_from_run(str(tmp_path / "run"), "text", tmp_path / "best.txt")
-    assert artifact.summary == "toy"
-    assert (tmp_path / "best.txt").read_text() == result.best.candidate.source
-
-
 def test_hook_ksmith_run_start(toy_plugin, toy_problem, tmp_path):
     engine, seed = toy_engine(toy_problem, tmp_path, budget=2)
     engine.evolve(seed)
@@ -196,56 +333,93 @@ def test_hook_ksmith_run_end(toy_plugin, toy_problem, tmp_path):
     assert toy_plugin.ended == ["budget"]
 
 
-def test_hook_ksmith_seed(toy_plugin, register_plugin, toy_problem, tmp_path):
-    from ksmith_core.cli import cli
-    from ksmith_core.model import Proposal
+def test_hook_ksmith_report_sections(toy_plugin, register_plugin, toy_problem, tmp_path):
+    from ksmith_report.report import write_report
 
-    from .toy import SEED
-
-    asked = []
-
-    class Seeder:
+    class Notes:
         @hookimpl
-        def ksmith_seed(self, problem, method, options):
-            if method != "toy-seed":
-                return None
-            asked.append((problem.name, options["device"]))
-            return Proposal(source=SEED, edit="first kernel", edit_kind="seed", proposer="toy-seed")
+        def ksmith_report_sections(self, store):
+            evaluations = len(list(store.evaluations()))
+            return [ReportSection("Test notes", f"<p>{evaluations} evaluations seen</p>", order=1)]
 
-    register_plugin(Seeder(), "seeder")
-    problem = str(toy_problem[0])
-    out = tmp_path / "seed.py"
-    cli.main(
-        ["seed", problem, "--from", "toy-seed", "-o", str(out), "--device", "cpu"], standalone_mode=False
-    )
-    assert out.read_text() == SEED and asked == [("toy", "cpu")]
-
-    runs = tmp_path / "runs"
-    cli.main(
-        [
-            "evolve",
-            problem,
-            "--seed-from",
-            "toy-seed",
-            "--proposer",
-            "toy",
-            "--budget",
-            "3",
-            "--device",
-            "cpu",
-            "--run-dir",
-            str(runs),
-        ],
-        standalone_mode=False,
-    )
-    engine = Engine.resume(runs)
-    assert engine.run.population[0].candidate.source == SEED
-    assert engine.run.population[0].candidate.proposer == "toy-seed"
+    register_plugin(Notes(), "notes")
+    engine, seed = toy_engine(toy_problem, tmp_path, budget=3)
+    engine.evolve(seed)
     engine.close()
+    page = write_report(tmp_path / "run").read_text()
+    assert "<h2>Test notes</h2>\n<p>3 evaluations seen</p>" in page
+    assert page.index("Test notes") < page.index("Archive map")  # ordered by ``order``: 1 before 40
 
-    from ksmith_core.errors import ConfigError
 
-    with pytest.raises(ConfigError, match="no plugin writes seeds by 'nope'"):
-        cli.main(
-            ["seed", problem, "--from", "nope", "-o", str(out), "--device", "cpu"], standalone_mode=False
-        )
+# ---------------------------------------------------------------------------------------------------------------
+# The registry's rules
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_two_plugins_registering_one_name_is_one_clear_line(register_plugin, toy_plugin):
+    class Again:
+        @hookimpl
+        def ksmith_register_proposers(self, register):
+            register(Proposer("toy", lambda run, selection: []))
+
+    register_plugin(Again(), "again")
+    with pytest.raises(PluginError, match=r"proposer 'toy' is registered by two plugins, 'toy' and 'again'"):
+        lookup(Proposer, "toy")
+    assert registry().conflicts() == ["proposer 'toy': toy, again"]
+    assert lookup(Proposer, "mutate").name == "mutate"  # other names are unaffected
+
+
+def test_a_bad_registration_is_reported_not_fatal(register_plugin):
+    from ksmith_core.plugins import plugin_infos
+
+    class Broken:
+        @hookimpl
+        def ksmith_register_proposers(self, register):
+            register("old-style", "a name and a description, as plugins used to")
+            register(Proposer("no-callable", None))  # type: ignore[arg-type]
+            register(Selector("wrong-kind", lambda run: None))
+
+        @hookimpl
+        def ksmith_register_exporters(self, register):
+            raise RuntimeError("broken on purpose")
+
+    register_plugin(Broken(), "broken")
+    info = {i.name: i for i in plugin_infos()}["broken"]
+    assert "registered 'old-style' by name: register a Proposer(...) object" in info.error
+    assert "'propose' is not callable" in info.error
+    assert "expected a Proposer" in info.error
+    assert "ksmith_register_exporters raised RuntimeError: broken on purpose" in info.error
+    assert lookup(Proposer, "mutate").name == "mutate"
+
+
+def test_capability_options_reach_the_chosen_proposer_only(
+    toy_plugin, register_plugin, toy_problem, tmp_path
+):
+    from ksmith_core.cli import build
+
+    def propose(run, selection):
+        return []
+
+    class Tuned:
+        @hookimpl
+        def ksmith_register_proposers(self, register):
+            register(
+                Proposer(
+                    "tuned",
+                    propose,
+                    cli_options=(click.Option(["--tuned-depth"], type=int, default=None),),
+                    options_from_cli=lambda values: {"depth": values.get("tuned_depth")},
+                )
+            )
+
+    register_plugin(Tuned(), "tuned")
+    import ksmith_core.cli as cli_module
+
+    cli_module._built = False  # rebuild with the throwaway plugin's option
+    cli = build()
+    runs = tmp_path / "runs"
+    args = ["evolve", str(toy_problem[0]), "--budget", "1", "--device", "cpu", "--tuned-depth", "3"]
+    cli.main([*args, "--proposer", "tuned", "--run-dir", str(runs)], standalone_mode=False)
+    engine = Engine.resume(runs)
+    assert engine.run.config.proposer_options == {"depth": 3}
+    engine.close()

@@ -9,7 +9,7 @@ import pytest
 
 from ksmith_core.errors import CandidateError, ProblemError
 from ksmith_core.loading import load_candidate, load_problem, seed_path_for
-from ksmith_core.model import Candidate, FrozenDict, Status, TimingStats, Verdict, source_id
+from ksmith_core.model import Candidate, FrozenDict, Mismatch, Status, TimingStats, Verdict, source_id
 
 KERNELBENCH_STYLE = '''import torch
 import torch.nn as nn
@@ -93,12 +93,37 @@ def test_verdict_round_trips_through_json():
         runtime=TimingStats.from_samples([1.0, 2.0, 3.0]),
         reference_eager=TimingStats.from_samples([4.0, 4.0]),
         speedup=2.0,
+        roofline_fraction=0.5,
+        roofline_bound="memory",
+        mismatch=Mismatch(output=0, where="trial 1 of 5", expected=1.5, got=2.0, worst_index=(3, 1), numel=4),
+        error="Traceback ...",
+        launches=(1, 1),
+        phases={"candidate_trials": 0.25},
         reasons=("SUSPICIOUS_SPEEDUP: re-validated",),
-        details={"mismatch": {"numel": 4}, "launches": [1, 1]},
+        details={"protocol": 1},
     )
     data = json.loads(json.dumps(verdict.to_dict()))
     assert data["runtime_ms"] == 2.0 and data["reference_ms"] == 4.0
+    assert data["mismatch"]["expected"] == 1.5 and data["launches"] == [1, 1]
     assert Verdict.from_dict(data) == verdict
+
+
+def test_verdicts_stored_by_earlier_versions_load_into_the_typed_fields():
+    stored = {
+        "status": "incorrect",
+        "details": {
+            "protocol": 1,
+            "mismatch": {"output": 0, "max_abs_error": 0.5, "expected_value": 1.0, "got_value": 1.5},
+            "error": "boom",
+            "launches": [2, 2],
+            "phases": {"candidate_trials": 1.0},
+            "roofline_bound": "compute",
+        },
+    }
+    verdict = Verdict.from_dict(stored)
+    assert (verdict.mismatch.expected, verdict.mismatch.got) == (1.0, 1.5)
+    assert verdict.error == "boom" and verdict.launches == (2, 2) and verdict.roofline_bound == "compute"
+    assert verdict.phases == {"candidate_trials": 1.0} and dict(verdict.details) == {"protocol": 1}
 
 
 def test_model_objects_are_immutable():

@@ -14,7 +14,7 @@ from ksmith_core import hookimpl, plugins
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "docs" / "examples" / "ksmith-hello"
-BUILTINS = {"basics", "triton", "mutate", "llm", "mapelites", "problems", "inductor"}
+BUILTINS = {"basics", "triton", "mutate", "llm", "mapelites", "problems", "inductor", "bench", "report"}
 
 
 def run_plugins_json(ksmith_cmd, env_extra=None, pythonpath=None):
@@ -86,30 +86,48 @@ def test_the_example_third_party_plugin_installs_and_is_listed(ksmith_cmd, tmp_p
     hello = listed["hello"]
     assert hello["status"] == "ok"
     assert hello["distribution"] == "ksmith-hello" and hello["version"] == "0.2.0"
-    assert hello["hooks"] == ["ksmith_export", "ksmith_propose", "ksmith_register_proposers"]
+    assert hello["hooks"] == ["ksmith_register_exporters", "ksmith_register_proposers"]
+    assert hello["registered"] == {"exporters": ["hello-json"], "proposers": ["hello-warps"]}
 
 
 def test_throwaway_plugin_registered_in_code():
+    from ksmith_core import Proposer
+    from ksmith_core.registry import registry
+
     class Throwaway:
         @hookimpl
         def ksmith_register_proposers(self, register):
-            register("throwaway", "a test proposer")
+            register(Proposer("throwaway", lambda run, selection: [], "a test proposer"))
 
     pm = plugins.get_plugin_manager()
     pm.register(Throwaway(), name="throwaway")
     try:
-        assert "throwaway" in plugins.proposers()
+        assert "throwaway" in registry().names(Proposer)
         info = {i.name: i for i in plugins.plugin_infos()}["throwaway"]
         assert info.hooks == ["ksmith_register_proposers"]
+        assert info.registered == {"proposers": ["throwaway"]}
     finally:
         pm.unregister(name="throwaway")
-    assert "throwaway" not in plugins.proposers()
+    assert "throwaway" not in registry().names(Proposer)
 
 
-def test_require_names_unknown_plugins():
+def test_unknown_names_list_what_is_registered():
+    from ksmith_core import Backend, Proposer
     from ksmith_core.errors import PluginError
+    from ksmith_core.registry import lookup
 
-    with pytest.raises(PluginError, match="unknown proposer 'nope'"):
-        plugins.require_proposer("nope")
-    with pytest.raises(PluginError, match="no plugin evaluates backend 'cobol'"):
-        plugins.require_backend("cobol")
+    with pytest.raises(PluginError, match=r"unknown proposer 'nope' \(registered: llm, mutate, vllm\)"):
+        lookup(Proposer, "nope")
+    with pytest.raises(PluginError, match=r"unknown backend 'cobol' \(registered: triton\)"):
+        lookup(Backend, "cobol")
+
+
+def test_selecting_plugins_by_a_name_nothing_has_warns(ksmith_cmd):
+    env = {**os.environ, "KSMITH_LOAD_PLUGINS": "basics,mutat"}
+    proc = subprocess.run(
+        [*ksmith_cmd, "plugins", "--json"], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert proc.returncode == 0
+    assert {p["name"] for p in json.loads(proc.stdout)} == {"basics"}
+    warning = [line for line in proc.stderr.splitlines() if "KSMITH_LOAD_PLUGINS" in line]
+    assert len(warning) == 1 and "mutat" in warning[0] and "mutate" in warning[0], proc.stderr

@@ -1,4 +1,4 @@
-"""A throwaway backend and proposer for testing the core's hook plumbing without a GPU or Triton.
+"""A throwaway backend and proposer for testing the core's plumbing without a GPU or Triton.
 
 The "toy" backend reads ``SPEED = <float>`` from a candidate's source and calls that its speedup, or fails
 with the status named by ``FAIL = "<status>"``. The "toy" proposer rewrites SPEED. Real evaluation is tested
@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from ksmith_core import hookimpl
+from ksmith_core import Backend, Proposer, hookimpl
 from ksmith_core.model import Proposal, Status, TimingStats, Verdict
 
 PROBLEM = '''"""A toy problem for core tests."""
@@ -71,17 +71,14 @@ class ToyPlugin:
 
     @hookimpl
     def ksmith_register_backends(self, register):
-        register("toy", "test backend: speed read from the source")
+        register(Backend("toy", self.evaluate, "test backend: speed read from the source"))
 
     @hookimpl
     def ksmith_register_proposers(self, register):
-        register("toy", "test proposer: bumps SPEED")
+        register(Proposer("toy", self.propose, "test proposer: bumps SPEED"))
 
-    @hookimpl
-    def ksmith_evaluate(self, problem, candidate, options):
-        if problem.backend != "toy":
-            return None
-        self._count("ksmith_evaluate")
+    def evaluate(self, problem, candidate, options):
+        self._count("evaluate")
         self.evaluated.append(candidate.id)
         fail = re.search(r'^FAIL = "(\w+)"', candidate.source, re.M)
         if fail:
@@ -97,16 +94,13 @@ class ToyPlugin:
             speedup=speed,
             speedup_vs_compile=speed / 2,
             roofline_fraction=min(1.0, speed / 4),  # toy ceiling: 4x eager; torch.compile sits at 0.5 of it
-            details={"roofline_bound": "memory"},
+            roofline_bound="memory",
             device="toy",
             eval_seconds=0.5,
         )
 
-    @hookimpl
-    def ksmith_propose(self, run, selection):
-        if run.config.proposer != "toy":
-            return None
-        self._count("ksmith_propose")
+    def propose(self, run, selection):
+        self._count("propose")
         parent = selection.parents[0].candidate
         out = []
         for i in range(run.config.proposals_per_step):

@@ -14,9 +14,11 @@ import pytest
 from llm_helpers import DATA, free_port, seed_candidate
 
 from ksmith_core import hookimpl, plugins
+from ksmith_core.capabilities import Backend
 from ksmith_core.engine import Engine
 from ksmith_core.loading import load_problem
 from ksmith_core.model import Status, Verdict
+from ksmith_core.registry import registry
 from ksmith_core.run import RunConfig
 from ksmith_core.store import RunStore
 
@@ -44,7 +46,7 @@ def key_probe_rewrite() -> str:
 
 
 def requires_triton() -> None:
-    if "triton" not in plugins.backends():
+    if "triton" not in registry().names(Backend):
         pytest.skip("the triton backend plugin (ksmith_triton) is not installed or failed to load")
 
 
@@ -69,12 +71,9 @@ class RecordOnlyBackend:
 
     @hookimpl
     def ksmith_register_backends(self, register):
-        register("record-only", "test backend that judges nothing")
+        register(Backend("record-only", self.evaluate, "test backend that judges nothing"))
 
-    @hookimpl
-    def ksmith_evaluate(self, problem, candidate, options):
-        if problem.backend != "record-only":
-            return None
+    def evaluate(self, problem, candidate, options):
         return Verdict(status=Status.OK, correct=True, speedup=1.0, interpreted=True)
 
 

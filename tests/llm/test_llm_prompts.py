@@ -41,9 +41,7 @@ def test_improve_prompt_carries_everything_the_model_needs(tmp_path):
 def test_fix_prompt_asks_for_a_repair_of_the_error_shown(tmp_path):
     run = vector_add_run(tmp_path / "run")
     broken = Candidate.from_source(seed_candidate().source.replace("tl.store", "tl.stor"))
-    verdict = Verdict(
-        status=Status.COMPILE_ERROR, details={"error": "AttributeError: module has no attribute 'stor'"}
-    )
+    verdict = Verdict(status=Status.COMPILE_ERROR, error="AttributeError: module has no attribute 'stor'")
     scored, _ = run.add(broken, verdict)
     messages = prompts.improve_messages(
         run.problem, Selection(parents=(scored,), mode="fix"), scored, None, {}, "cpu"

@@ -13,8 +13,10 @@ import pytest
 from llm_helpers import free_port, seed_candidate, vector_add_run
 
 from ksmith_core import plugins
+from ksmith_core.capabilities import Proposer
 from ksmith_core.errors import ProposerError
 from ksmith_core.model import Selection, Status, Verdict
+from ksmith_core.registry import lookup
 
 LAUNCH = "        _add_kernel[grid](x, y, out, n, BLOCK_SIZE=256, num_warps=4)"
 WIDER = "        _add_kernel[grid](x, y, out, n, BLOCK_SIZE=1024, num_warps=8)"
@@ -39,7 +41,7 @@ def _started_run(tmp_path, url, proposals=1, **options):
 
 
 def _propose(run, selection):
-    return plugins.get_plugin_manager().hook.ksmith_propose(run=run, selection=selection)
+    return lookup(Proposer, run.config.proposer).propose(run, selection)
 
 
 def test_a_good_edit_becomes_a_proposal_with_its_usage(tmp_path, scripted_server):

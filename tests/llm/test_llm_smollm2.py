@@ -10,10 +10,11 @@ from __future__ import annotations
 import pytest
 from llm_helpers import DATA, seed_candidate, vector_add_run
 
-from ksmith_core import plugins
+from ksmith_core.capabilities import Backend, Proposer
 from ksmith_core.errors import ProposerError
 from ksmith_core.loading import check_candidate_source, load_problem
 from ksmith_core.model import Candidate, Selection, Status, Verdict
+from ksmith_core.registry import lookup, registry
 from ksmith_llm.backends import ServerGenerator, Settings
 from ksmith_llm.proposer import read_answer
 
@@ -50,7 +51,7 @@ def test_proposals_from_a_real_model_are_valid_or_rejected_with_reasons(tmp_path
     seed = seed_candidate()
     parent, _ = run.add(seed, Verdict(status=Status.OK, correct=True, speedup=1.0, interpreted=True))
     selection = Selection(parents=(parent,), inspirations=(parent,))
-    proposals = plugins.get_plugin_manager().hook.ksmith_propose(run=run, selection=selection)
+    proposals = lookup(Proposer, run.config.proposer).propose(run, selection)
 
     state = run.state("llm")
     assert 2 <= state["requests"] <= 4  # two generations, each with at most one repair
@@ -82,7 +83,7 @@ def test_seed_from_llm_gives_a_module_or_a_clear_error(smollm2_server):
 
 @pytest.mark.slow
 def test_engine_with_a_real_model_and_triton_records_every_step(tmp_path, smollm2_server):
-    if "triton" not in plugins.backends():
+    if "triton" not in registry().names(Backend):
         pytest.skip("the triton backend plugin (ksmith_triton) is not installed or failed to load")
     from ksmith_core.engine import Engine
     from ksmith_core.run import RunConfig

@@ -7,9 +7,10 @@ from dataclasses import replace
 
 import pytest
 
-from ksmith_core import plugins
+from ksmith_core.capabilities import Proposer
 from ksmith_core.loading import load_problem
 from ksmith_core.model import Candidate, Proposal, Scored, Selection, Status, Verdict, source_id
+from ksmith_core.registry import lookup, registry
 from ksmith_core.run import Run, RunConfig
 from ksmith_core.store import RunStore
 from ksmith_mutate import plugin
@@ -48,24 +49,19 @@ def add_child(run: Run, parent: Scored, proposal: Proposal, verdict: Verdict) ->
     return run.add(Candidate.from_proposal(proposal), verdict)[0]
 
 
-def test_registers_and_answers_only_for_itself(make_run):
-    names = []
-    plugins.get_plugin_manager().hook.ksmith_register_proposers(
-        register=lambda name, description: names.append(name)
-    )
-    assert "mutate" in names
+def test_registered_as_the_default_proposer(make_run):
+    assert lookup(Proposer, "mutate") is plugin.MUTATE
+    assert registry().default(Proposer) is plugin.MUTATE
     run = make_run()
     seed = add_seed(run, "softplus", ok(1.0))
-    selection = Selection(parents=(seed,))
-    assert plugin.ksmith_propose(run=make_run(proposer="llm"), selection=selection) is None
-    proposals = plugins.get_plugin_manager().hook.ksmith_propose(run=run, selection=selection)
+    proposals = plugin.MUTATE.propose(run, Selection(parents=(seed,)))
     assert len(proposals) == run.config.proposals_per_step == 2
 
 
 def test_proposals_are_single_edits_of_the_parent(make_run):
     run = make_run(proposals_per_step=4)
     seed = add_seed(run, "matmul_bias_relu", ok(1.0))
-    proposals = plugin.ksmith_propose(run=run, selection=Selection(parents=(seed,)))
+    proposals = plugin.propose(run, Selection(parents=(seed,)))
     assert len(proposals) == 4
     all_edits = {e.source: e for e in possible_edits(seed.candidate.source)}
     for proposal in proposals:
@@ -83,7 +79,7 @@ def run_steps(make_run, seed_number: int, steps: int = 5) -> list[tuple[str, str
     history = []
     for _ in range(steps):
         origin = parent
-        proposals = plugin.ksmith_propose(run=run, selection=Selection(parents=(origin,)))
+        proposals = plugin.propose(run, Selection(parents=(origin,)))
         for proposal in proposals:
             gain = 1.1 if proposal.edit_kind == "num_warps" else 0.97
             child = add_child(run, origin, proposal, ok(origin.verdict.speedup * gain))
@@ -116,7 +112,7 @@ def test_bandit_prefers_the_kind_that_gained(make_run):
     assert bandit.mean("num_warps") == pytest.approx(0.9)
     assert bandit.mean("math") == 0.0
     assert bandit.choose(kinds, run.rng) == "num_warps"
-    proposals = plugin.ksmith_propose(run=run, selection=Selection(parents=(seed,)))
+    proposals = plugin.propose(run, Selection(parents=(seed,)))
     assert [p.edit_kind for p in proposals] == ["num_warps"]
     assert run.state("mutate")["bandit"]["num_warps"] == {"pulls": 1, "mean_reward": 0.9}
 
@@ -151,10 +147,10 @@ def test_never_proposes_an_evaluated_source(make_run):
         # Same id (trailing whitespace is ignored), or a near duplicate (a comment) the engine would skip.
         variant = edit.source + "\n\n" if i % 2 else "# evaluated before\n" + edit.source
         run.add(Candidate.from_source(variant), ok(1.0))
-    proposals = plugin.ksmith_propose(run=run, selection=Selection(parents=(seed,)))
+    proposals = plugin.propose(run, Selection(parents=(seed,)))
     assert [p.source for p in proposals] == [keep.source]
     run.add(Candidate.from_source(keep.source), ok(1.0))
-    assert plugin.ksmith_propose(run=run, selection=Selection(parents=(seed,))) == []
+    assert plugin.propose(run, Selection(parents=(seed,))) == []
 
 
 def test_fix_mode_branches_from_the_best_working_ancestor_and_tries_a_safer_edit(make_run):
@@ -178,7 +174,7 @@ def test_fix_mode_branches_from_the_best_working_ancestor_and_tries_a_safer_edit
         BROKEN,
     )
     assert plugin.best_working_ancestor(run.by_id, broken) is good
-    proposals = plugin.ksmith_propose(run=run, selection=Selection(parents=(broken,), mode="fix"))
+    proposals = plugin.propose(run, Selection(parents=(broken,), mode="fix"))
     assert len(proposals) == 4
     from_ancestor = [p for p in proposals if p.parent_ids == (good.candidate.id,)]
     repairs = [p for p in proposals if p.parent_ids == (broken.candidate.id,)]
@@ -192,7 +188,7 @@ def test_fix_mode_branches_from_the_best_working_ancestor_and_tries_a_safer_edit
 def test_fix_mode_without_a_working_ancestor_only_makes_safer_edits(make_run):
     run = make_run("matmul_bias_relu", proposals_per_step=3)
     seed = add_seed(run, "matmul_bias_relu", BROKEN)
-    proposals = plugin.ksmith_propose(run=run, selection=Selection(parents=(seed,), mode="fix"))
+    proposals = plugin.propose(run, Selection(parents=(seed,), mode="fix"))
     safer = {e.source: e for e in possible_edits(seed.candidate.source) if e.safer}
     assert len(proposals) == 3
     assert all(p.source in safer and p.parent_ids == (seed.candidate.id,) for p in proposals)
@@ -201,8 +197,8 @@ def test_fix_mode_without_a_working_ancestor_only_makes_safer_edits(make_run):
 def test_a_parent_that_is_not_python_yields_nothing(make_run):
     run = make_run("softplus")
     junk = run.add(Candidate.from_source("def broken(:\n"), BROKEN)[0]
-    assert plugin.ksmith_propose(run=run, selection=Selection(parents=(junk,), mode="fix")) == []
-    assert plugin.ksmith_propose(run=run, selection=replace(Selection(parents=(junk,)), mode="improve")) == []
+    assert plugin.propose(run, Selection(parents=(junk,), mode="fix")) == []
+    assert plugin.propose(run, replace(Selection(parents=(junk,)), mode="improve")) == []
 
 
 def test_momentum_keeps_going_the_way_that_paid(make_run):
@@ -243,5 +239,5 @@ def test_dot_precision_is_skipped_for_half_precision_problems(make_run):
     run = make_run("matmul_bias_relu", proposals_per_step=12)
     run.problem = replace(run.problem, source=half)
     seed = add_seed(run, "matmul_bias_relu", ok(1.0))
-    kinds = {p.edit_kind for p in plugin.ksmith_propose(run=run, selection=Selection(parents=(seed,)))}
+    kinds = {p.edit_kind for p in plugin.propose(run, Selection(parents=(seed,)))}
     assert "dot_precision" not in kinds and "dot_tile" in kinds

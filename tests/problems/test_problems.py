@@ -81,9 +81,10 @@ def _as_list(out: object) -> list[torch.Tensor]:
 
 
 def test_suite_is_registered_and_large() -> None:
-    from ksmith_core.plugins import problem_suites
+    from ksmith_core.capabilities import ProblemSuite
+    from ksmith_core.registry import lookup
 
-    assert problem_suites().get(SUITE) == PROBLEMS_DIR
+    assert lookup(ProblemSuite, SUITE).directory == PROBLEMS_DIR
     assert len(PROBLEM_PATHS) >= 30
     assert {p.parent.name for p in PROBLEM_PATHS} == CATEGORIES
     assert len(set(PROBLEM_IDS)) == len(PROBLEM_IDS), "problem names must be unique across categories"

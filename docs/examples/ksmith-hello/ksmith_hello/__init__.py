@@ -12,22 +12,15 @@ import json
 import re
 from pathlib import Path
 
-from ksmith_core import hookimpl
+from ksmith_core import Exporter, Proposer, hookimpl
 from ksmith_core.model import Artifact, Proposal
 
 WARPS = (1, 2, 4, 8, 16)
 _NUM_WARPS = re.compile(r"num_warps\s*=\s*(\d+)")
 
 
-@hookimpl
-def ksmith_register_proposers(register):
-    register("hello-warps", "Example plugin: tries every other num_warps at each launch site")
-
-
-@hookimpl
-def ksmith_propose(run, selection):
-    if run.config.proposer != "hello-warps":
-        return None
+def propose(run, selection):
+    """Every other power-of-two ``num_warps`` at each launch site of each parent, a few per step."""
     proposals = []
     for parent in selection.parents:
         source = parent.candidate.source
@@ -49,10 +42,8 @@ def ksmith_propose(run, selection):
     return proposals[: run.config.proposals_per_step]
 
 
-@hookimpl
-def ksmith_export(target, candidate, options):
-    if target != "hello-json":
-        return None
+def export(run, candidate, options):
+    """The candidate and its verdict as one JSON file at ``-o``."""
     out = Path(options["output"])
     out.parent.mkdir(parents=True, exist_ok=True)
     verdict = options.get("verdict")
@@ -67,3 +58,15 @@ def ksmith_export(target, candidate, options):
         )
     )
     return Artifact(target="hello-json", paths=(out,), summary=f"wrote {candidate.id}")
+
+
+@hookimpl
+def ksmith_register_proposers(register):
+    register(
+        Proposer("hello-warps", propose, "Example plugin: tries every other num_warps at each launch site")
+    )
+
+
+@hookimpl
+def ksmith_register_exporters(register):
+    register(Exporter("hello-json", export, "Example plugin: the candidate and its verdict as one JSON file"))

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import random
 
+from run_builders import broken_verdict, kernel_source, ok_verdict
+
 from ksmith_core.model import Candidate, Status
 from ksmith_core.run import Run
 from ksmith_core.store import RunStore
 from ksmith_mapelites import plugin as mapelites
 from ksmith_mapelites.descriptors import describe
-
-from .search_builders import broken_verdict, kernel_source, ok_verdict
 
 
 def test_seed_goes_to_every_island(make_run, source):
@@ -95,7 +95,7 @@ def _deterministic_search(sr, steps: int, seed: int) -> list[dict]:
         sr.record(Candidate.from_source(sr_source(1024, 4, 2), proposer="seed"), ok_verdict(1.0))
     )
     for step in range(steps):
-        selection = mapelites.ksmith_select(run=sr.run)
+        selection = mapelites.select_from_islands(sr.run)
         parent = selection.parents[0].candidate
         block, warps, stages = (
             choose.choice([256, 512, 1024, 2048]),

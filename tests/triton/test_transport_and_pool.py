@@ -12,10 +12,10 @@ import torch
 from evaluator_helpers import candidate, problem, quick_options
 
 from ksmith_triton import locks
+from ksmith_triton.candidate_side import save_outputs
 from ksmith_triton.compare import load_outputs, tolerance_table, tolerances
 from ksmith_triton.evaluator import evaluate
 from ksmith_triton.pool import WarmPool, _key, discard
-from ksmith_triton.worker import save_outputs
 
 
 @pytest.mark.parametrize(
@@ -60,7 +60,7 @@ def test_tolerances_travel_as_a_table():
     assert lookup("int8") == prob.tolerance_for("int8")  # the fallback
 
 
-def test_waiting_timer_goes_before_new_gpu_work():
+def test_waiting_timer_goes_before_new_shared_work():
     gate = locks._Gate()
     order: list[str] = []
     gate.acquire_shared()  # a correctness trial is running
@@ -92,15 +92,15 @@ def test_waiting_timer_goes_before_new_gpu_work():
 def test_gpu_lock_is_shared_between_work_and_exclusive_for_timing(tmp_path, monkeypatch):
     monkeypatch.setattr(locks, "lock_dir", lambda: tmp_path)
     inside = []
-    with locks.gpu_work("cuda", "t0"):
-        with locks.gpu_work("cuda", "t0"):  # shared holders overlap
+    with locks.shared_gpu_lock("cuda", "t0"):
+        with locks.shared_gpu_lock("cuda", "t0"):  # shared holders overlap
             inside.append("both")
         started = threading.Event()
         done = threading.Event()
 
         def time_it():
             started.set()
-            with locks.device_lock("cuda", "t0"):
+            with locks.exclusive_gpu_lock("cuda", "t0"):
                 done.set()
 
         thread = threading.Thread(target=time_it)
@@ -120,13 +120,13 @@ def note(text):
     with open(log, "a") as fh:
         fh.write(text + "\\n")
 if role == "timer":
-    with locks.device_lock("cuda", "t0"):
+    with locks.exclusive_gpu_lock("cuda", "t0"):
         note("timing")
         time.sleep(0.3)
         note("timing done")
 else:
     note("worker waiting")
-    with locks.WorkerHold("cuda"):  # a worker's own setup work on its GPU (CUDA_VISIBLE_DEVICES=t0)
+    with locks.WorkerSharedHold("cuda"):  # a worker's own setup work on its GPU (CUDA_VISIBLE_DEVICES=t0)
         note("worker setup")
 """
 
@@ -165,7 +165,7 @@ def test_a_waiting_timer_goes_before_new_work_of_other_processes(tmp_path, monke
     def lines():
         return log.read_text().splitlines() if log.exists() else []
 
-    with locks.gpu_work("cuda", "t0"):
+    with locks.shared_gpu_lock("cuda", "t0"):
         timer = start("timer")
         _until(timer_holds_turnstile)  # the timer is waiting for this process's shared hold
         worker = start("worker")
@@ -185,18 +185,18 @@ def test_a_lock_held_too_long_is_reported_not_waited_for_forever(tmp_path, monke
         fcntl.flock(stuck, fcntl.LOCK_SH)
         started = time.monotonic()
         with pytest.raises(locks.GpuLockTimeout, match="GPU_BUSY"):
-            with locks.device_lock("cuda", "t1"):
+            with locks.exclusive_gpu_lock("cuda", "t1"):
                 pass
         assert 0.9 < time.monotonic() - started < 10
-        with locks.gpu_work("cuda", "t1"):  # shared work still passes beside a shared holder
+        with locks.shared_gpu_lock("cuda", "t1"):  # shared work still passes beside a shared holder
             pass
-    with locks.device_lock("cuda", "t1"):  # and the turnstile was left open for the next timer
+    with locks.exclusive_gpu_lock("cuda", "t1"):  # and the turnstile was left open for the next timer
         pass
 
     # Inside one process the gate times out the same way.
-    with locks.device_lock("cuda", "t2"):
+    with locks.exclusive_gpu_lock("cuda", "t2"):
         with pytest.raises(locks.GpuLockTimeout):
-            with locks.gpu_work("cuda", "t2"):
+            with locks.shared_gpu_lock("cuda", "t2"):
                 pass
 
 
@@ -213,7 +213,7 @@ def test_workers_lock_the_same_files_as_their_driver(monkeypatch, tmp_path):
     env = child_env("cuda", "3")
     assert env["CUDA_VISIBLE_DEVICES"] == "3" and env[locks.LOCK_DIR_ENV] == str(tmp_path)
     assert locks.LOCK_DIR_ENV not in child_env("cpu", None)
-    with locks.WorkerHold("cpu") as hold:  # on the CPU there is no GPU lock to hold
+    with locks.WorkerSharedHold("cpu") as hold:  # on the CPU there is no GPU lock to hold
         assert hold._held is None
 
 
@@ -271,7 +271,7 @@ def test_sequential_evaluations_reuse_warm_workers(reference_cache, monkeypatch)
     ]
     assert [v.status.value for v in verdicts] == ["ok", "incorrect", "ok"]
     assert pool_module.POOL.reused - before >= 2
-    assert all("candidate_import_and_first_call" in v.details["phases"] for v in verdicts)
+    assert all("candidate_import_and_first_call" in v.phases for v in verdicts)
 
 
 def test_concurrent_takes_start_no_more_spares_than_the_target(monkeypatch):
@@ -311,7 +311,7 @@ def test_gpu_outputs_reach_the_reference_by_either_transport(reference_cache, mo
     good = evaluate(problem("scale_add"), candidate("two_kernels"), gpu)
     assert good.status.value == "ok", good.reasons
     bad = evaluate(problem("scale_add"), candidate("off_by_tolerance"), gpu)
-    assert bad.status.value == "incorrect" and bad.details["mismatch"]["max_abs_error"] > 1e-3, bad.reasons
+    assert bad.status.value == "incorrect" and bad.mismatch.max_abs_error > 1e-3, bad.reasons
 
 
 def test_candidates_are_spread_over_the_visible_gpus(monkeypatch, tmp_path):
@@ -329,11 +329,11 @@ def test_candidates_are_spread_over_the_visible_gpus(monkeypatch, tmp_path):
     assert evaluator.child_env("cuda", "5")["CUDA_VISIBLE_DEVICES"] == "5"
     assert evaluator.Evaluation(prob, cand, EvalOptions(device="cuda", gpu_index=1)).gpu == "5"
 
-    with locks.device_lock("cuda", "3"):  # timing on one GPU does not hold up the other
+    with locks.exclusive_gpu_lock("cuda", "3"):  # timing on one GPU does not hold up the other
         done = threading.Event()
 
         def time_other():
-            with locks.device_lock("cuda", "5"):
+            with locks.exclusive_gpu_lock("cuda", "5"):
                 done.set()
 
         thread = threading.Thread(target=time_other)

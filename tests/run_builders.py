@@ -1,4 +1,5 @@
-"""Builders for search tests: real runs in a real run store, fed synthetic candidates and verdicts.
+"""Builders for tests of selectors and reports: real runs in a real run store, fed synthetic candidates and
+verdicts.
 
 The selector only reads sources, verdicts and the population, so these tests need no evaluator: a candidate
 here is a Triton module that is parsed, never launched, and its verdict is written by the test.
@@ -6,8 +7,11 @@ here is a Triton module that is parsed, never launched, and its verdict is writt
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from ksmith_core.model import Candidate, Problem, Status, TimingStats, Verdict
 from ksmith_core.run import Run, RunConfig
@@ -108,7 +112,7 @@ def broken_verdict(
         feedback=f"status: {status.value}\nerror:\n  {error}",
         device="cpu",
         interpreted=True,
-        details={"error": error},
+        error=error,
         eval_seconds=1.0,
     )
 
@@ -160,3 +164,25 @@ def open_run(run_dir: Path, **config: Any) -> Run:
     store = RunStore.create(run_dir, PROBLEM_SOURCE, meta, manifest)
     problem = Problem(name="relu", path=problem_path, source=PROBLEM_SOURCE)
     return Run(problem, cfg, store)
+
+
+# Fixtures (imported by the conftest of each test directory that builds runs).
+
+
+@pytest.fixture
+def make_run(tmp_path: Path) -> Callable[..., SyntheticRun]:
+    made: list[Run] = []
+
+    def make(name: str = "run", **config: Any) -> SyntheticRun:
+        run = open_run(tmp_path / name, **config)
+        made.append(run)
+        return SyntheticRun(run)
+
+    yield make
+    for run in made:
+        run.store.close()  # closing twice is harmless
+
+
+@pytest.fixture
+def source() -> Callable[..., str]:
+    return kernel_source

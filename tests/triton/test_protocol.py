@@ -1,4 +1,4 @@
-"""The evaluator as the rest of ksmith uses it: the hook, the command line, batches, and the parts of the
+"""The evaluator as the rest of ksmith uses it: the registered backend, the command line, batches, and the parts of the
 protocol that are plain functions (comparison, degenerate references, the reference cache)."""
 
 from __future__ import annotations
@@ -14,13 +14,16 @@ import pytest
 import torch
 from evaluator_helpers import CASES, candidate, problem, quick_options
 
-from ksmith_core import plugins
+from ksmith_core import Backend, plugins
+from ksmith_core.engine import evaluate as evaluate_through_the_core
+from ksmith_core.errors import PluginError
 from ksmith_core.loading import load_problem
 from ksmith_core.model import Candidate, Problem, Status
+from ksmith_core.registry import lookup
 from ksmith_triton import PROTOCOL_VERSION
 from ksmith_triton.compare import Outputs, compare_outputs, degenerate_reasons
 from ksmith_triton.evaluator import evaluate, evaluate_many
-from ksmith_triton.plugin import ksmith_evaluate
+from ksmith_triton.plugin import TRITON
 from ksmith_triton.refcache import ReferenceCache
 from ksmith_triton.sandbox import scrubbed_environment
 
@@ -29,12 +32,13 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_backend_is_registered_through_the_entry_point():
     plugins.reset_plugin_manager()
-    assert "triton" in plugins.backends()
+    assert lookup(Backend, "triton") is TRITON
 
 
 def test_other_backends_are_left_to_other_plugins(reference_cache):
     other = Problem(name="x", path=CASES / "scale_add.py", source="", backend="maca")
-    assert ksmith_evaluate(other, candidate("scale_add_ok"), quick_options(reference_cache)) is None
+    with pytest.raises(PluginError, match=r"unknown backend 'maca' \(registered: triton\)"):
+        evaluate_through_the_core(other, candidate("scale_add_ok"), quick_options(reference_cache))
 
 
 def test_batch_keeps_order_and_isolates_failures(reference_cache):
@@ -186,7 +190,7 @@ def test_gpu_legit_kernel_is_timed_against_both_references(reference_cache):
     assert verdict.runtime.trials >= 100
     assert verdict.speedup and verdict.speedup_vs_compile and verdict.roofline_fraction
     assert 0 < verdict.roofline_fraction <= 1.5
-    assert verdict.details["roofline_bound"] == "memory"  # an elementwise scale-add moves bytes, few FLOPs
+    assert verdict.roofline_bound == "memory"  # an elementwise scale-add moves bytes, few FLOPs
 
 
 @pytest.mark.gpu

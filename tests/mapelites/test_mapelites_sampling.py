@@ -7,13 +7,14 @@ import random
 from collections import Counter
 
 import pytest
+from run_builders import broken_verdict, ok_verdict
 
+from ksmith_core.capabilities import Selector
+from ksmith_core.engine import selector_for
 from ksmith_core.model import Candidate, Status
-from ksmith_core.plugins import get_plugin_manager
+from ksmith_core.registry import lookup
 from ksmith_mapelites import plugin as mapelites
 from ksmith_mapelites.sampling import MAX_FIX_ATTEMPTS, parent_weights, sample_parent
-
-from .search_builders import broken_verdict, ok_verdict
 
 
 def test_weights_are_a_sigmoid_of_the_normalised_score_over_one_plus_children():
@@ -67,13 +68,12 @@ def test_many_children_make_a_parent_yield(make_run, source):
     assert counts[mid.id] > counts[top.id]
 
 
-def test_selector_answers_only_when_asked_or_unset(make_run, source):
-    sr = make_run(islands=2, select="greedy")
+def test_registered_as_the_default_selector(make_run, source):
+    assert lookup(Selector, "mapelites") is mapelites.MAPELITES
+    assert selector_for(None) is mapelites.MAPELITES and selector_for("greedy").name == "greedy"
+    sr = make_run(islands=2, select="mapelites")
     sr.seed(source(), ok_verdict(1.0))
-    assert mapelites.ksmith_select(run=sr.run) is None
-    sr2 = make_run("other", islands=2, select="mapelites")
-    sr2.seed(source(), ok_verdict(1.0))
-    assert mapelites.ksmith_select(run=sr2.run).mode == "improve"
+    assert mapelites.select_from_islands(sr.run).mode == "improve"
 
 
 def test_islands_take_turns_and_parents_come_from_the_island(make_run, source):
@@ -82,7 +82,7 @@ def test_islands_take_turns_and_parents_come_from_the_island(make_run, source):
     only_in_2 = sr.child(seed, source(block=64), ok_verdict(3.0), island=2)
     islands, parents = [], Counter()
     for _ in range(30):
-        selection = mapelites.ksmith_select(run=sr.run)
+        selection = mapelites.select_from_islands(sr.run)
         islands.append(selection.island)
         parents[(selection.island, selection.parents[0].candidate.id)] += 1
     assert islands[:6] == [2, 0, 1, 2, 0, 1]  # the turn starts at evaluations % islands = 2
@@ -97,7 +97,7 @@ def test_inspirations_are_the_island_best_and_unlike_elites(make_run, source):
     near = sr.child(seed, source(block=2048, warps=4), ok_verdict(1.1))
     far = sr.child(seed, source(block=256, warps=2, stages=4, hints=True), ok_verdict(0.7))
     for _ in range(20):
-        selection = mapelites.ksmith_select(run=sr.run)
+        selection = mapelites.select_from_islands(sr.run)
         parent = selection.parents[0].candidate.id
         shown = [s.candidate.id for s in selection.inspirations]
         assert parent not in shown and len(shown) == len(set(shown))
@@ -110,7 +110,7 @@ def test_inspirations_are_the_island_best_and_unlike_elites(make_run, source):
 def test_fix_mode_when_nothing_works_and_attempts_are_capped(make_run, source):
     sr = make_run(islands=2)
     seed = sr.seed(source(), broken_verdict(error="NameError: name 'tl' is not defined"))
-    selection = mapelites.ksmith_select(run=sr.run)
+    selection = mapelites.select_from_islands(sr.run)
     assert selection.mode == "fix" and selection.parents[0].candidate.id == seed.id
     assert "NameError" in selection.parents[0].feedback
 
@@ -125,7 +125,7 @@ def test_fix_mode_when_nothing_works_and_attempts_are_capped(make_run, source):
         sr.record(child, broken_verdict())
         steps += 1
         assert steps < 100
-        selection = mapelites.ksmith_select(run=sr.run)
+        selection = mapelites.select_from_islands(sr.run)
     assert max(sr.archive.fix_attempts.values()) <= MAX_FIX_ATTEMPTS
     assert sr.archive.fix_attempts[seed.id] == MAX_FIX_ATTEMPTS
 
@@ -133,11 +133,11 @@ def test_fix_mode_when_nothing_works_and_attempts_are_capped(make_run, source):
 def test_a_successful_fix_seeds_every_island(make_run, source):
     sr = make_run(islands=3)
     seed = sr.seed(source(), broken_verdict())
-    selection = mapelites.ksmith_select(run=sr.run)
+    selection = mapelites.select_from_islands(sr.run)
     fixed = Candidate.from_source(source(note="fixed"), parent_ids=(seed.id,), island=selection.island)
     sr.record(fixed, ok_verdict(1.2))
     assert [[e.candidate_id for e in sr.archive.elites(i)] for i in range(3)] == [[fixed.id]] * 3
-    assert mapelites.ksmith_select(run=sr.run).mode == "improve"
+    assert mapelites.select_from_islands(sr.run).mode == "improve"
 
 
 def test_broken_latest_child_is_sometimes_handed_back_while_budget_lasts(make_run, source):
@@ -146,7 +146,7 @@ def test_broken_latest_child_is_sometimes_handed_back_while_budget_lasts(make_ru
     broken = sr.child(
         seed, source(block=128), broken_verdict(Status.INCORRECT, "max abs error 0.5"), island=1
     )
-    selections = [mapelites.ksmith_select(run=sr.run) for _ in range(400)]
+    selections = [mapelites.select_from_islands(sr.run) for _ in range(400)]
     fixes = [s for s in selections if s.mode == "fix"]
     assert 0.08 < len(fixes) / 400 < 0.25
     assert all(s.parents[0].candidate.id == broken.id and s.island == 1 for s in fixes)
@@ -157,7 +157,7 @@ def test_broken_latest_child_is_sometimes_handed_back_while_budget_lasts(make_ru
     for k in range(9):
         spent.child(seed, source(note=str(k)), ok_verdict(0.9))
     spent.child(seed, source(block=128), broken_verdict())  # 11 of 12 evaluations spent
-    assert all(mapelites.ksmith_select(run=spent.run).mode == "improve" for _ in range(200))
+    assert all(mapelites.select_from_islands(spent.run).mode == "improve" for _ in range(200))
 
 
 def test_a_fresh_branch_instead_of_a_broken_kernel_counts_as_a_fix_attempt(make_run, source):
@@ -178,15 +178,14 @@ def test_a_fresh_branch_instead_of_a_broken_kernel_counts_as_a_fix_attempt(make_
     assert sr.archive.fix_attempts[seed.id] == 0
 
 
-def test_installed_selector_answers_before_the_greedy_fallback(make_run, source):
-    hook = get_plugin_manager().hook
+def test_the_engine_uses_the_selector_the_run_names(make_run, source):
     sr = make_run(islands=2)
     sr.seed(source(), ok_verdict(1.0))
-    selection = hook.ksmith_select(run=sr.run)
+    selection = selector_for(sr.run.config.select).select(sr.run)
     assert selection.mode == "improve"
-    assert "next_island" in sr.run.state("mapelites")  # this selector answered, not the greedy fallback
+    assert "next_island" in sr.run.state("mapelites")  # the default selector answered
 
     greedy = make_run("greedy", islands=2, select="greedy")
     greedy.seed(source(), ok_verdict(1.0))
-    assert hook.ksmith_select(run=greedy.run) is not None
+    assert selector_for(greedy.run.config.select).select(greedy.run) is not None
     assert "next_island" not in greedy.run.state("mapelites")

@@ -7,11 +7,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from run_builders import broken_verdict, ok_verdict
 
 from ksmith_core.model import Status
-from ksmith_core.report import write_report
-
-from .search_builders import broken_verdict, ok_verdict
+from ksmith_report.report import write_report
 
 
 def _finished_run(make_run, source):

@@ -102,7 +102,7 @@ def verdicts(reference_cache):
 def test_verdict(verdicts, name):
     _, _, _, status, code = ROWS[name]
     verdict = verdicts[name]
-    summary = f"{name}: {verdict.status.value} {list(verdict.reasons)} {dict(verdict.details).get('error', '')[-800:]}"
+    summary = f"{name}: {verdict.status.value} {list(verdict.reasons)} {verdict.error[-800:]}"
     assert verdict.status.value == status, summary
     assert verdict.correct is (status == "ok")
     if code:
@@ -125,31 +125,36 @@ def test_accepted_verdicts_carry_interpreted_timings(verdicts):
 
 
 def test_default_protocol_runs_at_least_five_trials(verdicts):
-    assert list(verdicts["one_kernel"].details["launches"]) == [1, 1, 1, 1, 1]
+    assert list(verdicts["one_kernel"].launches) == [1, 1, 1, 1, 1]
 
 
 def test_two_kernel_candidate_counts_both_launches(verdicts):
-    assert set(verdicts["two_kernels"].details["launches"]) == {2}
+    assert set(verdicts["two_kernels"].launches) == {2}
 
 
 def test_mismatch_details_for_the_proposer(verdicts):
-    mismatch = verdicts["off_by_tolerance"].details["mismatch"]
-    assert {
-        "output",
-        "max_abs_error",
-        "max_rel_error",
-        "worst_index",
-        "mismatched",
-        "numel",
-        "atol",
-        "rtol",
-    } <= set(mismatch)
-    assert mismatch["max_abs_error"] == pytest.approx(2e-3, rel=0.05)
-    assert mismatch["atol"] == 1e-4
+    mismatch = verdicts["off_by_tolerance"].mismatch
+    assert mismatch.output == 0 and mismatch.where.startswith("trial ")
+    assert mismatch.worst_index and mismatch.numel and 0 < mismatch.mismatched <= mismatch.numel
+    assert mismatch.max_abs_error == pytest.approx(2e-3, rel=0.05) and mismatch.max_rel_error > 0
+    assert mismatch.atol == 1e-4 and mismatch.rtol == 1e-4
+    assert mismatch.got - mismatch.expected == pytest.approx(2e-3, rel=0.05)
+
+
+def test_a_real_mismatch_reaches_the_feedback_with_expected_and_actual_values(reference_cache):
+    from ksmith_core.engine import evaluate as evaluate_through_the_core
+
+    verdict = evaluate_through_the_core(
+        problem("scale_add"), candidate("off_by_tolerance"), quick_options(reference_cache)
+    )
+    mismatch = verdict.mismatch
+    assert verdict.status.value == "incorrect" and mismatch is not None
+    assert f"expected {mismatch.expected:.6g}, got {mismatch.got:.6g}" in verdict.feedback
+    assert "max abs error 0.002" in verdict.feedback and "(atol 0.0001, rtol 0.0001)" in verdict.feedback
 
 
 def test_kernel_compile_error_shows_the_offending_line(verdicts):
-    error = verdicts["kernel_compile_error"].details["error"]
+    error = verdicts["kernel_compile_error"].error
     assert "fancy_exp" in error
 
 

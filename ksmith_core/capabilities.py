@@ -1,0 +1,200 @@
+"""Named capabilities: what a plugin registers, and what the core calls by name.
+
+A capability is a small frozen dataclass holding its name, a one-line description and the callable that does
+the work. A plugin registers instances through the matching registration hook (``ksmith_register_proposers``
+for a :class:`Proposer`, ...); the core looks one up by name in :mod:`ksmith_core.registry` and calls it. A
+plugin never checks which name the user asked for: it is only ever called for its own.
+
+::
+
+    from ksmith_core import Proposer, hookimpl
+
+    def propose(run, selection):
+        ...  # one targeted edit per parent -> list[Proposal]
+
+    @hookimpl
+    def ksmith_register_proposers(register):
+        register(Proposer("greedy-llm", propose, "Asks my model for one change at a time"))
+
+Each kind's callable, its arguments and what its result means are documented on the class; ``docs/hooks.md``
+is generated from these docstrings and the hook specifications.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ksmith_core.model import Artifact, Candidate, EvalOptions, Problem, Proposal, Selection, Verdict
+    from ksmith_core.run import Run
+
+
+@dataclass(frozen=True)
+class Proposer:
+    """Makes new candidate sources from selected parents: one targeted edit each.
+
+    ``propose(run, selection) -> list[Proposal]`` is called by the engine once per step with the
+    :class:`~ksmith_core.model.Selection` the run's selector made (each parent carries its verdict and
+    feedback text). An empty list means "nothing new this step"; the engine stops the run as exhausted after
+    several such steps. Raise :class:`~ksmith_core.errors.ProposerError` only when the proposer cannot work
+    at all (its server is unreachable); one bad generation should simply yield fewer proposals.
+
+    ``cli_options`` are click options this proposer adds to ``ksmith evolve`` and ``ksmith bench``;
+    ``options_from_cli(values)`` turns their parsed values (a dict keyed by parameter name) into the run's
+    ``proposer_options``, which are stored with the run and must never hold secrets. ``default=True`` makes
+    this the proposer used when the user names none.
+    """
+
+    name: str
+    propose: Callable[[Run, Selection], list[Proposal]]
+    description: str = ""
+    cli_options: tuple[Any, ...] = ()
+    options_from_cli: Callable[[Mapping[str, Any]], dict[str, Any]] | None = None
+    default: bool = False
+
+
+@dataclass(frozen=True)
+class Selector:
+    """Chooses the parent(s) and inspirations the proposer sees next.
+
+    ``select(run) -> Selection | None`` is called by the engine before every proposal step, once at least
+    one evaluation exists. ``None`` (or a selection with no parents) ends the run as exhausted. A selection's
+    ``mode`` is ``"improve"`` when its parents work and ``"fix"`` when a broken candidate is handed back
+    with its error for repair. ``default=True`` makes this the selector used when the user names none
+    (``--select``); exactly one installed selector should claim it.
+    """
+
+    name: str
+    select: Callable[[Run], Selection | None]
+    description: str = ""
+    default: bool = False
+
+
+@dataclass(frozen=True)
+class Backend:
+    """Judges candidates for problems whose ``KSMITH_BACKEND`` is this name: compiles? correct? how fast?
+
+    ``evaluate(problem, candidate, options) -> Verdict`` is called by the executor for every new candidate
+    and by ``ksmith eval``. It must never raise for anything the candidate did: a crash, hang or cheat
+    becomes a :class:`~ksmith_core.model.Verdict` with the matching status and ``reasons``; it raises
+    :class:`~ksmith_core.errors.ProblemError` only when the *problem* cannot be evaluated. It may be called
+    from several threads at once, so implementations serialise their own timing.
+    """
+
+    name: str
+    evaluate: Callable[[Problem, Candidate, EvalOptions], Verdict]
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class SeedMethod:
+    """Writes a first candidate (``ModelNew``) for a problem that ships none.
+
+    ``seed(problem, options) -> Proposal`` is called by ``ksmith seed PROBLEM --from NAME`` and by
+    ``ksmith evolve --seed-from NAME``. ``options`` holds ``device`` (``"cuda"`` or ``"cpu"``), ``small``
+    and ``method_options`` (what ``options_from_cli`` made of this method's own command-line options). Raise
+    a :class:`~ksmith_core.errors.KsmithError` subclass with one clear line when no seed can be made (no
+    GPU, an op handed to a library, an unreachable server).
+    """
+
+    name: str
+    seed: Callable[[Problem, Mapping[str, Any]], Proposal]
+    description: str = ""
+    cli_options: tuple[Any, ...] = ()
+    options_from_cli: Callable[[Mapping[str, Any]], dict[str, Any]] | None = None
+
+
+@dataclass(frozen=True)
+class Exporter:
+    """Turns a stored candidate into an artefact: a library entry, an upstream patch, a dataset.
+
+    ``export(run, candidate, options) -> Artifact`` is called by ``ksmith export RUN --target NAME``.
+    ``run`` is the :class:`~ksmith_core.store.RunStore` the candidate came from (read-only), or ``None``;
+    ``options`` carries ``output`` (a path), ``problem`` and ``verdict``.
+    """
+
+    name: str
+    export: Callable[[Any, Candidate, Mapping[str, Any]], Artifact]
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class EvalJob:
+    """One evaluation an executor is asked to run."""
+
+    problem: Problem
+    candidate: Candidate
+    options: EvalOptions
+
+
+@dataclass(frozen=True)
+class Executor:
+    """Dispatches evaluations: where and how many at once (a local pool, a cluster).
+
+    ``run(jobs, parallel) -> list[Verdict]`` is called by the engine once per step and by ``ksmith bench``;
+    verdicts come back in the order of ``jobs``, each made by the job's backend
+    (:func:`ksmith_core.engine.evaluate` does the lookup). ``parallel`` is how many evaluations may be in
+    flight at once. The driver remains the only writer of the run store: an executor only returns verdicts.
+    """
+
+    name: str
+    run: Callable[[Sequence[EvalJob], int], list[Verdict]]
+    description: str = ""
+    default: bool = False
+
+
+@dataclass(frozen=True)
+class Platform:
+    """A kind of accelerator: how to detect it and the facts that differ between platforms.
+
+    ``detect() -> bool`` says whether this machine has it; ``facts() -> dict`` gives what backends,
+    proposers and the roofline read from it (device name, warp size, limits on ``num_warps``). Platforms
+    are looked up by name like every other capability; detection order is the registration order.
+    """
+
+    name: str
+    detect: Callable[[], bool]
+    facts: Callable[[], Mapping[str, Any]] = field(default=lambda: {})
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class ProblemSuite:
+    """A directory of KernelBench-format problems (``NAME.py``), each with an optional ``NAME.seed.py``.
+
+    Problems of installed suites can be named instead of given as paths (``ksmith evolve softmax``).
+    """
+
+    name: str
+    directory: Path
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One kind of capability: its class, the hook that registers it and the method the core calls."""
+
+    name: str  # "proposer"
+    plural: str  # "proposers"
+    cls: type
+    method: str  # the attribute holding the callable ("" for data-only kinds)
+
+    @property
+    def hook(self) -> str:
+        return f"ksmith_register_{self.plural}"
+
+
+KINDS: tuple[Kind, ...] = (
+    Kind("proposer", "proposers", Proposer, "propose"),
+    Kind("selector", "selectors", Selector, "select"),
+    Kind("backend", "backends", Backend, "evaluate"),
+    Kind("seed method", "seed_methods", SeedMethod, "seed"),
+    Kind("exporter", "exporters", Exporter, "export"),
+    Kind("executor", "executors", Executor, "run"),
+    Kind("platform", "platforms", Platform, "detect"),
+    Kind("problem suite", "problem_suites", ProblemSuite, ""),
+)
+KIND_OF: Mapping[type, Kind] = {kind.cls: kind for kind in KINDS}

@@ -1,0 +1,1 @@
+"""ksmith built-in plugin: ``ksmith bench``, many problems at once, summarised the way KernelBench does."""

@@ -1,0 +1,1 @@
+"""ksmith built-in plugin: ``ksmith report``, one self-contained HTML file per run."""

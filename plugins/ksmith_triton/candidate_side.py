@@ -1,0 +1,504 @@
+"""The candidate's side of the trust boundary: everything that runs in the process of one untrusted candidate.
+
+``python -m ksmith_triton.worker candidate RESULT_FD [WARM_DEVICE]`` runs ``main`` here. One candidate, one
+process (started ahead of need by ``pool.py``: torch, Triton and CUDA are initialised before the job arrives,
+and no candidate code has run in it). Everything the verdict depends on is prepared before the candidate
+module is imported: the problem is built from the source text the parent sent (never from a file the
+candidate could edit), inputs for every trial are generated from the parent's seeds, pristine copies are kept,
+the clocks are captured and the guards installed. Then the candidate is imported and called once (Triton
+compiles here), and on the parent's word it runs once per trial under the guards and hands its outputs to the
+reference process, which compares them with the reference outputs. Timing follows only when the outputs were
+correct.
+
+Reference outputs never enter this process, and nothing here imports ``reference_side``: this module shares
+only ``child_common`` with it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import sys
+from pathlib import Path
+from typing import Any
+
+from ksmith_triton import child_common
+from ksmith_triton.child_common import (
+    MAX_ERROR_CHARS,
+    Channel,
+    OutputError,
+    flatten_outputs,
+    format_error,
+    load_problem_module,
+    make_inputs,
+    make_model,
+    read_command,
+    serve_job,
+    tensor_bytes,
+)
+
+POISON_MIN_BYTES = 64 * 2**20
+
+# When each step of a candidate worker ended (time.monotonic), reported with "ready" for throughput tuning.
+STEPS: dict[str, float] = {}
+
+
+def step_seconds() -> dict[str, float]:
+    """Seconds between consecutive steps: waiting for the job (a spare's idle time), preparing, ..."""
+    names = list(STEPS)
+    return {f"{b}": round(STEPS[b] - STEPS[a], 3) for a, b in zip(names, names[1:])}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Before the job: start-up and warm-up (no candidate code has run)
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def main(argv: list[str]) -> int:
+    """``RESULT_FD [WARM_DEVICE]``: warm up for the device, then wait for the one job and run it."""
+    import time
+
+    STEPS["process"] = time.monotonic()
+    fd = int(argv[0])
+    warm_up(argv[1] if len(argv) > 1 else None)
+
+    def job_arrived() -> None:
+        STEPS["job"] = time.monotonic()
+
+    return serve_job(fd, run_candidate, job_arrived)
+
+
+def warm_up(device: str | None) -> None:
+    """What every candidate worker needs, done before its job arrives (see ``pool.py``): the imports, and on
+    a GPU the CUDA context, and Triton's whole launch path, by running a kernel of the harness's own under
+    the guards' dispatch mode (see ``warmkernel.py``)."""
+    import time
+
+    import torch
+    import triton  # noqa: F401
+
+    from ksmith_triton import guards, timing  # noqa: F401
+    from ksmith_triton.warmkernel import run_warm_kernel
+
+    STEPS["started"] = time.monotonic()
+    try:  # what a launch under the installed guards imports lazily (dynamo, sympy: seconds)
+        import torch._dynamo  # noqa: F401
+        import torch._higher_order_ops.triton_kernel_wrap  # noqa: F401
+    except ImportError:
+        pass
+    from ksmith_triton.locks import GpuLockTimeout, WorkerSharedHold
+
+    try:
+        with WorkerSharedHold(device):  # a CUDA context and a kernel: GPU work that must not overlap a timing
+            if device == "cuda":
+                torch.cuda.init()
+            if device in ("cuda", "cpu"):
+                run_warm_kernel(device)
+    except GpuLockTimeout:
+        pass  # left cold; the job's own hold waits again and reports a GPU that stays busy
+    STEPS["warm"] = time.monotonic()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The job: everything prepared, then the candidate imported, its trials run and timed
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def run_candidate(channel: Channel, job: dict[str, Any]) -> int:
+    """The job: prepare, import the candidate, then the trials and timing the parent asks for."""
+    import time
+
+    from ksmith_triton.locks import GpuLockTimeout, WorkerSharedHold
+
+    if job.get("device") == "cpu":
+        os.environ["TRITON_INTERPRET"] = "1"
+    set_limits(job)
+    # Inputs, the model's weights and the first (compiling) call use the GPU before the driver asks for
+    # anything: held shared until the first call is done, so none of it overlaps another candidate's timing.
+    try:
+        hold = WorkerSharedHold(job["device"])
+    except (GpuLockTimeout, OSError) as exc:  # not the candidate's doing: no candidate code has run
+        channel.send(
+            "error",
+            status="crashed",
+            reason=str(exc) if isinstance(exc, GpuLockTimeout) else f"GPU_LOCK: {exc}",
+        )
+        return 0
+    # The driver's clock for the import and first call starts here, not while another holder kept us waiting.
+    channel.send("holding")
+    with hold:
+        try:
+            prepared = prepare_candidate_run(job)
+            STEPS["prepared"] = time.monotonic()
+        except Exception as exc:  # noqa: BLE001 - the problem (or ksmith) failed before any candidate code ran
+            channel.send(
+                "error", status="setup_error", reason=f"{type(exc).__name__}: {exc}", error=format_error(exc)
+            )
+            return 0
+        return run_trials_and_timing(channel, job, *prepared, hold=hold)
+
+
+def set_limits(job: dict[str, Any]) -> None:
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    limit_mb = job.get("memory_limit_mb")
+    if job["device"] == "cpu" and limit_mb:
+        limit = int(limit_mb) * 2**20
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+
+def prepare_candidate_run(job: dict[str, Any]) -> tuple[Any, ...]:
+    """Everything that must exist before the candidate is imported: problem, inputs, clocks, guards."""
+    device = job["device"]
+    import triton  # noqa: F401  (imported before the candidate: the guards hook its launch path)
+
+    from ksmith_triton.guards import Guards, capture_timers
+
+    problem = load_problem_module(job["problem_source"], job.get("small_sizes"))
+    # Never handed to the candidate: each trial's inputs are copied into the same staging tensors, so these
+    # stay pristine for the mutation check, and a result cache keyed on addresses replays a stale answer.
+    trial_inputs = [make_inputs(problem, seed, device) for seed in job["trial_seeds"]]
+    timing_inputs = [make_inputs(problem, seed, device) for seed in job.get("timing_seeds", [])]
+    input_bytes = tensor_bytes(trial_inputs[0]) if trial_inputs else 0
+
+    guards = Guards(frozenset(job.get("allowed_ops", [])), device)
+    timers = capture_timers(guards, device)
+    capture_harness(guards)
+    guards.install()
+    del job["problem_source"]
+    return problem, trial_inputs, timing_inputs, input_bytes, guards, timers
+
+
+def capture_harness(guards: Any) -> None:
+    """The harness's own entry points: a candidate replacing one of them is caught at the next check."""
+    from ksmith_triton import timing
+
+    for name in ("time_calls", "time_gpu", "time_cpu", "Staging", "detached_copy", "l2_flush_buffer"):
+        guards.capture(f"ksmith_triton.timing.{name}", timing, name)
+    guards.capture("child_common.Channel.send", Channel, "send")
+    guards.capture("json.dumps", json, "dumps")
+    # flatten_outputs lives in child_common; this module calls its own binding of it, so both are captured.
+    guards.capture("child_common.flatten_outputs", child_common, "flatten_outputs")
+    module = sys.modules[__name__]
+    for name in (
+        "flatten_outputs",
+        "save_outputs",
+        "same_value",
+        "trial_violations",
+        "time_candidate",
+        "run_trials_and_timing",
+    ):
+        guards.capture(f"candidate_side.{name}", module, name)
+
+
+def run_trials_and_timing(
+    channel: Channel,
+    job: dict[str, Any],
+    problem: Any,
+    trial_inputs: list[list[Any]],
+    timing_inputs: list[list[Any]],
+    input_bytes: int,
+    guards: Any,
+    timers: dict[str, Any],
+    hold: Any = None,
+) -> int:
+    """Import the candidate and call it once (Triton compiles), then on the parent's word run the correctness
+    trials and report their outputs, then time it. The comparison with the reference happens elsewhere."""
+    import importlib.util
+    import time
+
+    from ksmith_triton.guards import thread_idents
+    from ksmith_triton.timing import Staging
+
+    device = job["device"]
+
+    # -- import ------------------------------------------------------------------------------------------------
+    threads_before = thread_idents()  # any Python thread beyond these, at any later check, is the candidate's
+    guards.candidate_phase = True
+    try:
+        spec = importlib.util.spec_from_file_location("ksmith_candidate", Path("candidate.py").resolve())
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["ksmith_candidate"] = module
+        spec.loader.exec_module(module)
+        model_class = getattr(module, "ModelNew", None)
+        if not isinstance(model_class, type):
+            raise AttributeError("the candidate module defines no class ModelNew")
+    except SystemExit as exc:
+        channel.send(
+            "error", status="crashed", reason=f"EXITED: the candidate called sys.exit({exc.code}) on import"
+        )
+        return 0
+    except BaseException as exc:  # noqa: BLE001 - any failure to import is the candidate's compile error
+        code = "SYNTAX_ERROR" if isinstance(exc, SyntaxError) else "IMPORT_ERROR"
+        channel.send(
+            "error",
+            status="compile_error",
+            reason=f"{code}: {type(exc).__name__}: {exc}",
+            error=format_error(exc),
+        )
+        return 0
+
+    try:
+        model = make_model(model_class, problem, job["init_seed"], device)
+    except BaseException as exc:  # noqa: BLE001
+        return report_forward_error(channel, guards, exc, "constructing ModelNew")
+    STEPS["imported"] = time.monotonic()
+
+    # -- a first call, outside the trials: Triton compiles here, under this worker's own shared hold --------
+    out_dir = Path("outputs")
+    out_dir.mkdir(exist_ok=True)
+    staging = Staging(trial_inputs[0])
+    try:
+        guards.run_forward(model, staging.load(trial_inputs[0]))
+        if device == "cuda":
+            timers["synchronize"]()
+    except BaseException as exc:  # noqa: BLE001
+        return report_forward_error(channel, guards, exc, "the first call")
+    violations = trial_violations(guards, threads_before)
+    if violations:
+        channel.send(
+            "error",
+            status="rejected",
+            reasons=violations,
+            launches=guards.launches,
+            forbidden_ops=dict(guards.forbidden),
+        )
+        return 0
+    STEPS["first_call"] = time.monotonic()
+    if hold is not None:
+        hold.release()  # from here on the driver holds the lock for what it asks
+    channel.send("ready", steps=step_seconds())
+    if read_command().get("op") != "trials":
+        return 0
+
+    # -- correctness trials (the parent holds the GPU's shared lock meanwhile) ----------------------------
+    share_cuda = device == "cuda" and job.get("transport", "ipc") == "ipc"
+    trials: list[dict[str, Any]] = []
+    for index, pristine in enumerate(trial_inputs):
+        inputs = staging.load(pristine)
+        if device == "cuda":
+            poison_allocator(input_bytes)
+            timers["synchronize"]()
+        try:
+            out = guards.run_forward(model, inputs)
+            if device == "cuda":
+                timers["synchronize"]()
+        except BaseException as exc:  # noqa: BLE001
+            return report_forward_error(channel, guards, exc, f"trial {index}")
+        violations = trial_violations(guards, threads_before)
+        if violations:
+            channel.send(
+                "error",
+                status="rejected",
+                reasons=violations,
+                launches=guards.launches,
+                forbidden_ops=dict(guards.forbidden),
+            )
+            return 0
+        try:
+            structure, tensors = flatten_outputs(out)
+        except OutputError as exc:
+            channel.send("error", status="rejected", reasons=[str(exc)])
+            return 0
+        mutated = [i for i, (now, before) in enumerate(zip(inputs, pristine)) if not same_value(now, before)]
+        trials.append(
+            {
+                **save_outputs(out_dir, f"trial_{index}", structure, tensors, share_cuda),
+                "launches": guards.launches,
+                "mutated_inputs": mutated,
+            }
+        )
+        del out, tensors
+    changed = guards.tampered()
+    if changed:
+        channel.send(
+            "error", status="rejected", reasons=[f"TAMPERED: the candidate replaced {', '.join(changed)}"]
+        )
+        return 0
+    channel.send("correctness", trials=trials)
+
+    # -- timing, when the parent found the outputs correct ---------------------------------------------------
+    command = read_command()
+    if command.get("op") != "time":
+        return 0
+    SHARED_OUTPUTS.clear()  # compared: the reference process has let go of them
+    try:
+        samples, last = time_candidate(guards, model, timing_inputs, timers, command, device)
+    except BaseException as exc:  # noqa: BLE001
+        return report_forward_error(channel, guards, exc, "timing")
+    changed = guards.tampered()
+    if changed:
+        channel.send(
+            "error", status="rejected", reasons=[f"TAMPERED: the candidate replaced {', '.join(changed)}"]
+        )
+        return 0
+    if (
+        guards.side_stream_launches
+        or guards.spawns
+        or guards.threads_started
+        or guards.threads_alive(threads_before)
+    ):
+        channel.send("error", status="rejected", reasons=trial_violations(guards, threads_before))
+        return 0
+    timed = []
+    for index, out in enumerate(last):
+        try:
+            structure, tensors = flatten_outputs(out)
+        except OutputError as exc:
+            channel.send("error", status="rejected", reasons=[str(exc)])
+            return 0
+        timed.append(save_outputs(out_dir, f"timed_{index}", structure, tensors, share_cuda))
+    channel.send("timing", samples_ms=samples, timed=timed)
+    read_command()
+    return 0
+
+
+def poison_allocator(input_bytes: int) -> None:
+    """Fill what the caching allocator will hand out next with NaN bytes, so an output the candidate never
+    writes reads NaN instead of whatever happened to be there."""
+    import torch
+
+    big = torch.empty(max(POISON_MIN_BYTES, 2 * input_bytes), dtype=torch.uint8, device="cuda").fill_(0xFF)
+    small = [torch.empty(512 * 1024, dtype=torch.uint8, device="cuda").fill_(0xFF) for _ in range(16)]
+    del big, small
+
+
+def trial_violations(guards: Any, threads_before: set[int]) -> list[str]:
+    reasons = []
+    if guards.spawns:
+        reasons.append(f"PROCESS_SPAWNED: forward started a process ({guards.spawns[0]})")
+    if guards.forbidden:
+        listed = ", ".join(f"{op} x{n}" for op, n in sorted(guards.forbidden.items()))
+        reasons.append(
+            f"FORBIDDEN_TORCH_OP: {listed} dispatched inside forward; only Triton kernels may compute "
+            "(allocation, views and copies are allowed, plus the problem's KSMITH_ALLOWED_OPS)"
+        )
+    if guards.launches == 0:
+        reasons.append("NO_TRITON_LAUNCH: forward launched no Triton kernel")
+    if guards.threads_started:
+        reasons.append(f"THREAD_STARTED: forward started thread(s) {', '.join(guards.threads_started[:3])}")
+    left = guards.threads_alive(threads_before)
+    if left:
+        reasons.append(f"THREADS_LEFT_RUNNING: {', '.join(left[:3])} still running after forward")
+    if guards.side_stream_launches:
+        reasons.append(f"SIDE_STREAM: {guards.side_stream_launches} launch(es) went to a non-default stream")
+    if not guards.current_stream_is_default():
+        reasons.append("SIDE_STREAM: forward returned with a non-default current stream")
+    return reasons
+
+
+def same_value(now: Any, before: Any) -> bool:
+    import torch
+
+    if isinstance(before, torch.Tensor):
+        return (
+            type(now) is torch.Tensor
+            and now.shape == before.shape
+            and now.dtype == before.dtype
+            and bool(
+                torch.equal(now, before)
+                or (
+                    now.isnan().equal(before.isnan())
+                    and torch.equal(now.nan_to_num(0.0), before.nan_to_num(0.0))
+                )
+            )
+        )
+    return True
+
+
+# Outputs handed to the reference process through CUDA IPC must stay alive here until it has compared them.
+SHARED_OUTPUTS: list[Any] = []
+
+
+def save_outputs(
+    out_dir: Path, stem: str, structure: str, tensors: list[Any], share_cuda: bool = False
+) -> dict[str, Any]:
+    """Describe each output for the reader: GPU tensors as CUDA IPC handles when ``share_cuda`` (nothing is
+    copied; the reference process maps the memory), anything else as its raw bytes in a file of its own (a
+    plain copy, no pickling)."""
+    import base64
+
+    import torch
+
+    described = []
+    for index, tensor in enumerate(tensors):
+        item = {"device": str(tensor.device), "dtype": str(tensor.dtype), "shape": list(tensor.shape)}
+        if share_cuda and tensor.is_cuda and tensor.numel() > 0:
+            # A copy of its own: the reference reads it after later trials, which may reuse the candidate's
+            # buffers (or return views of the staged inputs).
+            data = tensor.detach().clone(memory_format=torch.contiguous_format)
+            device, handle, size, offset, counter, counter_offset, event, event_sync = (
+                data.untyped_storage()._share_cuda_()
+            )
+            SHARED_OUTPUTS.append(data)
+            item["ipc"] = {
+                "device": device,
+                "handle": base64.b64encode(handle).decode(),
+                "storage_bytes": size,
+                "storage_offset_bytes": offset,
+                "ref_counter": base64.b64encode(counter).decode(),
+                "ref_counter_offset": counter_offset,
+                "event": base64.b64encode(event).decode() if event else None,
+                "event_sync": bool(event_sync),
+                "element_offset": data.storage_offset(),
+            }
+        else:
+            path = out_dir / f"{stem}_{index}.bin"
+            tensor.detach().contiguous().reshape(-1).view(torch.uint8).to("cpu").numpy().tofile(path)
+            item["file"] = path.name
+        described.append(item)
+    if share_cuda and SHARED_OUTPUTS:
+        torch.cuda.synchronize()  # the copies are complete before anyone is told where they are
+    return {"structure": structure, "outputs": described}
+
+
+def time_candidate(
+    guards: Any,
+    model: Any,
+    input_sets: list[list[Any]],
+    timers: dict[str, Any],
+    command: dict[str, Any],
+    device: str,
+) -> tuple[list[float], list[Any]]:
+    import torch
+
+    from ksmith_triton.timing import time_calls
+
+    guards.launches = 0
+    guards.side_stream_launches = 0
+    with torch.no_grad():
+        return time_calls(device, model, input_sets, timers, int(command["trials"]), int(command["warmup"]))
+
+
+def report_forward_error(channel: Channel, guards: Any, exc: BaseException, where: str) -> int:
+    if isinstance(exc, SystemExit):
+        channel.send(
+            "error", status="crashed", reason=f"EXITED: the candidate called sys.exit({exc.code}) in {where}"
+        )
+        return 0
+    if guards.spawns:
+        channel.send("error", status="rejected", reasons=[f"PROCESS_SPAWNED: {guards.spawns[0]}"])
+        return 0
+    launch_error = guards.launch_error_for(exc)
+    if launch_error is not None:
+        channel.send(
+            "error",
+            status="compile_error",
+            reason=f"KERNEL_COMPILE_ERROR: a Triton kernel failed to compile or launch in {where}: "
+            f"{type(exc).__name__}: {str(exc)[:300]}",
+            error=launch_error[-MAX_ERROR_CHARS:],
+        )
+        return 0
+    code = "OUT_OF_MEMORY" if is_out_of_memory(exc) else "RUNTIME_ERROR"
+    channel.send(
+        "error",
+        status="runtime_error",
+        reason=f"{code}: {type(exc).__name__} in {where}: {str(exc)[:300]}",
+        error=format_error(exc),
+    )
+    return 0
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    text = str(exc).lower()
+    return isinstance(exc, MemoryError) or "out of memory" in text or "can't allocate memory" in text

@@ -1,0 +1,160 @@
+"""What both kinds of child process share: the report channel, the command loop's plumbing, and the problem
+rebuilt from its source text.
+
+A child is ``python -m ksmith_triton.worker ROLE RESULT_FD`` (see ``worker.py``), and its role's code lives
+in a module of its own: ``candidate_side.py`` (runs one untrusted candidate) or ``reference_side.py``
+(computes reference outputs and compares the candidate's outputs with them; never runs candidate code).
+This module imports neither of them and holds nothing of either role.
+
+Commands arrive as JSON lines on stdin; reports leave as JSON lines (with the parent's nonce) on RESULT_FD.
+A candidate's own prints go to stdout/stderr, which the parent pointed at files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+import types
+from collections.abc import Callable
+from typing import Any
+
+MAX_ERROR_CHARS = 6000
+
+
+class Channel:
+    """The report pipe to the parent: one JSON line per report, each carrying the parent's nonce."""
+
+    def __init__(self, fd: int, nonce: str) -> None:
+        self._file = os.fdopen(fd, "w", buffering=1)
+        self._nonce = nonce
+
+    def send(self, kind: str, **data: Any) -> None:
+        self._file.write(json.dumps({"nonce": self._nonce, "kind": kind, **data}, default=str) + "\n")
+        self._file.flush()
+
+
+def read_command() -> dict[str, Any]:
+    line = sys.stdin.readline()
+    if not line:
+        PARENT_GONE.append(True)
+        return {"op": "exit"}
+    return json.loads(line)
+
+
+PARENT_GONE: list[bool] = []  # set when stdin closed: nobody will remove this worker's directory
+
+
+def remove_own_directory() -> None:
+    """The parent died without cleaning up (kill -9): the worker's private working directory goes with it."""
+    import shutil
+
+    shutil.rmtree(os.getcwd(), ignore_errors=True)
+
+
+def format_error(exc: BaseException) -> str:
+    text = "".join(traceback.format_exception(exc))
+    return text[-MAX_ERROR_CHARS:]
+
+
+def serve_job(
+    fd: int,
+    run: Callable[[Channel, dict[str, Any]], int],
+    job_arrived: Callable[[], None] | None = None,
+) -> int:
+    """Read the one job (the first line on stdin, with the nonce reports must carry) and ``run`` it; clean up
+    after a parent that is gone."""
+    line = sys.stdin.readline()
+    if not line:  # an idle spare whose parent is gone
+        remove_own_directory()
+        return 0
+    if job_arrived is not None:
+        job_arrived()
+    job = json.loads(line)
+    channel = Channel(fd, job.pop("nonce"))
+    try:
+        code = run(channel, job)
+    except BrokenPipeError:  # the report channel's reader is gone: so is the parent
+        PARENT_GONE.append(True)
+        code = 0
+    if PARENT_GONE:
+        remove_own_directory()
+    return code
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The problem, rebuilt from its source text
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def load_problem_module(source: str, small_sizes: dict[str, Any] | None) -> types.ModuleType:
+    module = types.ModuleType("ksmith_problem")
+    module.__file__ = "<problem>"
+    exec(compile(source, "<problem>", "exec"), module.__dict__)
+    for name, value in (small_sizes or {}).items():
+        setattr(module, name, value)
+    return module
+
+
+def to_device(values: list[Any], device: str) -> list[Any]:
+    import torch
+
+    return [v.to(device) if isinstance(v, torch.Tensor) else v for v in values]
+
+
+def make_inputs(problem: types.ModuleType, seed: int, device: str) -> list[Any]:
+    import torch
+
+    torch.manual_seed(seed)
+    # Made on the device itself: both processes draw them the same way from the same seed, and generating
+    # hundreds of MB on the CPU first would dominate a GPU evaluation.
+    with torch.device(device):
+        values = list(problem.get_inputs())
+    return to_device(values, device)
+
+
+def make_model(model_class: Any, problem: types.ModuleType, init_seed: int, device: str) -> Any:
+    """KernelBench's convention: the same seed before ``get_init_inputs`` and before construction."""
+    import torch
+
+    torch.manual_seed(init_seed)
+    with torch.device(device):
+        init_inputs = to_device(
+            list(problem.get_init_inputs()) if hasattr(problem, "get_init_inputs") else [], device
+        )
+    torch.manual_seed(init_seed)
+    with torch.no_grad(), torch.device(device):
+        model = model_class(*init_inputs)
+    if isinstance(model, torch.nn.Module):
+        model = model.to(device)
+    return model
+
+
+class OutputError(Exception):
+    """A forward returned something that is not plain tensors."""
+
+
+def flatten_outputs(out: Any) -> tuple[str, list[Any]]:
+    """``(structure, tensors)``; only exact ``torch.Tensor`` objects pass (no subclasses, no lazy wrappers)."""
+    import torch
+
+    if type(out) in (tuple, list):
+        items, structure = list(out), f"{type(out).__name__}:{len(out)}"
+    else:
+        items, structure = [out], "tensor"
+    for i, item in enumerate(items):
+        if type(item) is not torch.Tensor:
+            if isinstance(item, torch.Tensor):
+                raise OutputError(
+                    f"TENSOR_SUBCLASS: output {i} is a {type(item).__qualname__} (a torch.Tensor subclass); "
+                    "outputs must be plain torch.Tensor objects"
+                )
+            raise OutputError(f"OUTPUT_TYPE: output {i} is a {type(item).__qualname__}, not a torch.Tensor")
+    return structure, items
+
+
+def tensor_bytes(values: list[Any]) -> int:
+    import torch
+
+    return sum(v.numel() * v.element_size() for v in values if isinstance(v, torch.Tensor))
