@@ -31,7 +31,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 DEFAULT_PROBLEMS = REPO / "plugins" / "ksmith_problems" / "problems"
-CASES = REPO / "tests" / "evaluator" / "cases"
+CASES = REPO / "tests" / "triton" / "cases"
 
 
 def problem_files(directory: Path) -> list[Path]:
@@ -80,10 +80,11 @@ def stability(problem_path: Path, candidate_path: Path, options: Any, repeats: i
 
 
 def median_details(verdicts: list[Any], field: str) -> dict[str, float]:
-    """Median of each number in ``details[field]`` over the verdicts that have it."""
+    """Median of each number in the verdicts' ``field`` mapping (``phases``, or ``details[field]``)."""
     found: dict[str, list[float]] = {}
     for verdict in verdicts:
-        for name, value in verdict.details.get(field, {}).items():
+        values = getattr(verdict, field, None) if field == "phases" else verdict.details.get(field, {})
+        for name, value in (values or {}).items():
             found.setdefault(name, []).append(value)
     return {name: statistics.median(values) for name, values in sorted(found.items())}
 
@@ -143,7 +144,7 @@ def throughput(
         verdict = evaluate(pair[0], pair[1], options)
         print(
             f"  [{time.monotonic() - clock:6.1f} s] {pair[0].name}: {verdict.status.value} in "
-            f"{verdict.eval_seconds:.1f} s {dict(verdict.details.get('phases', {}))} "
+            f"{verdict.eval_seconds:.1f} s {dict(verdict.phases)} "
             f"{dict(verdict.details.get('worker_steps', {}))}",
             file=sys.stderr,
             flush=True,
@@ -212,7 +213,7 @@ def throughput(
                 "speedup": v.speedup,
                 "runtime_ms": v.runtime_ms,
                 "eval_seconds": v.eval_seconds,
-                "phases": dict(v.details.get("phases", {})),
+                "phases": dict(v.phases),
                 "reasons": list(v.reasons)[:2],
             }
             for (p, c), v in zip(work, verdicts)

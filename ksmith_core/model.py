@@ -174,7 +174,12 @@ class Status(str, Enum):
 
 @dataclass(frozen=True)
 class TimingStats:
-    """Milliseconds per call over ``trials`` timed runs."""
+    """Milliseconds per call over ``trials`` timed runs.
+
+    ``spread`` says how steady the measurement was: the largest relative difference between the medians of
+    separate blocks of calls (``max / min - 1``; the candidate's first and second half, a reference's blocks
+    timed apart). ``None`` when there was only one block.
+    """
 
     median_ms: float
     mean_ms: float
@@ -182,18 +187,32 @@ class TimingStats:
     max_ms: float
     std_ms: float
     trials: int
+    spread: float | None = None
 
     @classmethod
-    def from_samples(cls, samples_ms: list[float]) -> TimingStats:
+    def from_samples(cls, samples_ms: list[float], blocks: list[list[float]] | None = None) -> TimingStats:
         if not samples_ms:
             raise ValueError("no timing samples")
         ordered = sorted(samples_ms)
         n = len(ordered)
-        mid = n // 2
-        median = ordered[mid] if n % 2 else 0.5 * (ordered[mid - 1] + ordered[mid])
         mean = sum(ordered) / n
         std = math.sqrt(sum((x - mean) ** 2 for x in ordered) / n)
-        return cls(median, mean, ordered[0], ordered[-1], std, n)
+        medians = [_median(block) for block in blocks or () if block]
+        spread = max(medians) / min(medians) - 1.0 if len(medians) > 1 and min(medians) > 0 else None
+        return cls(_median(ordered), mean, ordered[0], ordered[-1], std, n, spread)
+
+    @classmethod
+    def from_halves(cls, samples_ms: list[float]) -> TimingStats:
+        """Stats of samples in call order, with the spread between the first and the second half."""
+        half = len(samples_ms) // 2
+        blocks = [samples_ms[:half], samples_ms[half:]] if half >= 2 else None
+        return cls.from_samples(samples_ms, blocks)
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else 0.5 * (ordered[mid - 1] + ordered[mid])
 
 
 @dataclass(frozen=True)
@@ -236,6 +255,7 @@ class Mismatch:
 
 
 ROOFLINE_BOUNDS = ("memory", "compute")
+_STATS_FIELDS = frozenset(f.name for f in fields(TimingStats))
 
 
 @dataclass(frozen=True)
@@ -329,7 +349,7 @@ class Verdict:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Verdict:
         def stats(d: Mapping | None) -> TimingStats | None:
-            return None if not d else TimingStats(**d)
+            return None if not d else TimingStats(**{k: v for k, v in d.items() if k in _STATS_FIELDS})
 
         details = dict(data.get("details") or {})
         # Verdicts stored by earlier versions kept these in ``details``.

@@ -173,8 +173,20 @@ def capture_harness(guards: Any) -> None:
     """The harness's own entry points: a candidate replacing one of them is caught at the next check."""
     from ksmith_triton import timing
 
-    for name in ("time_calls", "time_gpu", "time_cpu", "Staging", "detached_copy", "l2_flush_buffer"):
+    for name in ("time_calls", "time_gpu", "time_cpu", "Schedule", "Staging", "l2_flush_buffer"):
         guards.capture(f"ksmith_triton.timing.{name}", timing, name)
+    for name in ("sample_positions", "encode_values"):
+        guards.capture(f"child_common.{name}", child_common, name)
+    import torch
+
+    for label, owner in (
+        ("torch", torch),
+        ("torch.Tensor", torch.Tensor),
+        ("torch.nn.functional", torch.nn.functional),
+        ("torch.random", torch.random),
+        ("torch.cuda", torch.cuda),
+    ):
+        guards.capture_namespace(label, owner)
     guards.capture("child_common.Channel.send", Channel, "send")
     guards.capture("json.dumps", json, "dumps")
     # flatten_outputs lives in child_common; this module calls its own binding of it, so both are captured.
@@ -187,6 +199,7 @@ def capture_harness(guards: Any) -> None:
         "trial_violations",
         "time_candidate",
         "run_trials_and_timing",
+        "TimedCallCheck",
     ):
         guards.capture(f"candidate_side.{name}", module, name)
 
@@ -207,13 +220,14 @@ def run_trials_and_timing(
     import importlib.util
     import time
 
-    from ksmith_triton.guards import thread_idents
+    from ksmith_triton.guards import interpreter_hooks, thread_idents
     from ksmith_triton.timing import Staging
 
     device = job["device"]
 
     # -- import ------------------------------------------------------------------------------------------------
     threads_before = thread_idents()  # any Python thread beyond these, at any later check, is the candidate's
+    hooks_before = interpreter_hooks()
     guards.candidate_phase = True
     try:
         spec = importlib.util.spec_from_file_location("ksmith_candidate", Path("candidate.py").resolve())
@@ -254,7 +268,7 @@ def run_trials_and_timing(
             timers["synchronize"]()
     except BaseException as exc:  # noqa: BLE001
         return report_forward_error(channel, guards, exc, "the first call")
-    violations = trial_violations(guards, threads_before)
+    violations = trial_violations(guards, threads_before, hooks_before)
     if violations:
         channel.send(
             "error",
@@ -285,7 +299,7 @@ def run_trials_and_timing(
                 timers["synchronize"]()
         except BaseException as exc:  # noqa: BLE001
             return report_forward_error(channel, guards, exc, f"trial {index}")
-        violations = trial_violations(guards, threads_before)
+        violations = trial_violations(guards, threads_before, hooks_before)
         if violations:
             channel.send(
                 "error",
@@ -322,8 +336,12 @@ def run_trials_and_timing(
     if command.get("op") != "time":
         return 0
     SHARED_OUTPUTS.clear()  # compared: the reference process has let go of them
+    check = TimedCallCheck(channel, timers["urandom"], out_dir, share_cuda, int(command["trials"]))
     try:
-        samples, last = time_candidate(guards, model, timing_inputs, timers, command, device)
+        timed = time_candidate(guards, model, problem, timing_inputs, timers, command, device, check)
+    except OutputError as exc:
+        channel.send("error", status="rejected", reasons=[str(exc)])
+        return 0
     except BaseException as exc:  # noqa: BLE001
         return report_forward_error(channel, guards, exc, "timing")
     changed = guards.tampered()
@@ -332,25 +350,79 @@ def run_trials_and_timing(
             "error", status="rejected", reasons=[f"TAMPERED: the candidate replaced {', '.join(changed)}"]
         )
         return 0
-    if (
-        guards.side_stream_launches
-        or guards.spawns
-        or guards.threads_started
-        or guards.threads_alive(threads_before)
-    ):
-        channel.send("error", status="rejected", reasons=trial_violations(guards, threads_before))
+    violations = [
+        r for r in trial_violations(guards, threads_before, hooks_before) if not r.startswith("NO_TRITON")
+    ]
+    if guards.launches < timed.warmup + len(timed.samples_ms):
+        violations.append(
+            f"NO_TRITON_LAUNCH: {timed.warmup + len(timed.samples_ms)} calls while timed launched only "
+            f"{guards.launches} Triton kernel(s); every call must run the kernels"
+        )
+    if violations:
+        channel.send("error", status="rejected", reasons=violations)
         return 0
-    timed = []
-    for index, out in enumerate(last):
-        try:
-            structure, tensors = flatten_outputs(out)
-        except OutputError as exc:
-            channel.send("error", status="rejected", reasons=[str(exc)])
-            return 0
-        timed.append(save_outputs(out_dir, f"timed_{index}", structure, tensors, share_cuda))
-    channel.send("timing", samples_ms=samples, timed=timed)
+    channel.send(
+        "timing",
+        calls=len(timed.samples_ms),
+        warmup=timed.warmup,
+        prequeue_ms=timed.prequeue_ms,
+        full_checks=check.full,
+    )
     read_command()
     return 0
+
+
+class TimedCallCheck:
+    """Runs after every timed call, before the next one starts (no candidate code runs in between).
+
+    Samples of every output at positions drawn only now (``urandom``, captured before the candidate loaded)
+    go to the driver at once with the call's times, so they are out of this process before the candidate runs
+    again; now and then (and on the last call if never before) the whole outputs are kept for a full
+    comparison, decided the same way. Which calls are looked at, and how, cannot be known during a call.
+    """
+
+    FULL_CHECKS_PER_RUN = 3  # expected full comparisons per timing run
+
+    def __init__(self, channel: Channel, urandom: Any, out_dir: Path, share_cuda: bool, trials: int) -> None:
+        self.channel, self.urandom, self.out_dir, self.share_cuda = channel, urandom, out_dir, share_cuda
+        self.full_rate = min(1.0, self.FULL_CHECKS_PER_RUN / max(1, trials))
+        self.full: list[int] = []
+        self.input_seed: int | None = None  # the seed of the last fresh inputs made
+
+    def _draw(self) -> int:
+        return int.from_bytes(self.urandom(8), "little") >> 1
+
+    def __call__(
+        self, index: int, input_set: int, out: Any, last: bool, gpu_ms: float, host_ms: float
+    ) -> None:
+        import torch
+
+        structure, tensors = flatten_outputs(out)  # OutputError: the caller refuses the candidate
+        seed = self._draw()
+        positions = child_common.sample_positions(seed, [t.numel() for t in tensors])
+        samples = []
+        for tensor, where in zip(tensors, positions):
+            values = torch.take(tensor.detach(), where.to(tensor.device)).to("cpu")
+            samples.append(child_common.encode_values(values))
+        message: dict[str, Any] = {
+            "index": index,
+            "set": input_set,
+            "input_seed": self.input_seed if input_set < 0 else None,
+            "gpu_ms": gpu_ms,
+            "host_ms": host_ms,
+            "structure": structure,
+            "dtypes": [str(t.dtype) for t in tensors],
+            "shapes": [list(t.shape) for t in tensors],
+            "devices": [str(t.device) for t in tensors],
+            "seed": seed,
+            "samples": samples,
+        }
+        if self._draw() / 2**63 < self.full_rate or (last and not self.full):
+            self.full.append(index)
+            message["outputs"] = save_outputs(
+                self.out_dir, f"timed_{index}", structure, tensors, self.share_cuda
+            )["outputs"]
+        self.channel.send("call", **message)
 
 
 def poison_allocator(input_bytes: int) -> None:
@@ -363,8 +435,16 @@ def poison_allocator(input_bytes: int) -> None:
     del big, small
 
 
-def trial_violations(guards: Any, threads_before: set[int]) -> list[str]:
+def trial_violations(guards: Any, threads_before: set[int], hooks_before: dict[str, Any]) -> list[str]:
+    from ksmith_triton.guards import hooks_added
+
     reasons = []
+    added = hooks_added(hooks_before)
+    if added:
+        reasons.append(
+            f"INTERPRETER_HOOK: the candidate installed {', '.join(added)}; candidate code may run only "
+            "inside its own forward"
+        )
     if guards.spawns:
         reasons.append(f"PROCESS_SPAWNED: forward started a process ({guards.spawns[0]})")
     if guards.forbidden:
@@ -455,19 +535,43 @@ def save_outputs(
 def time_candidate(
     guards: Any,
     model: Any,
+    problem: Any,
     input_sets: list[list[Any]],
     timers: dict[str, Any],
     command: dict[str, Any],
     device: str,
-) -> tuple[list[float], list[Any]]:
+    check: TimedCallCheck,
+) -> Any:
     import torch
 
     from ksmith_triton.timing import time_calls
 
+    guards.forget_autotuning()  # re-benchmarked in the warm-up, on a GPU nobody else uses (exclusive lock)
     guards.launches = 0
+    guards.forbidden = {}
     guards.side_stream_launches = 0
+    guards.launch_errors = []
+
+    def guarded(*inputs: Any) -> Any:
+        # The same accounting as the trials: a candidate that computes with torch (or skips its kernels)
+        # only while it is timed is refused. Its host cost stays out of the GPU's time (see timing.py).
+        return guards.run_forward(model, list(inputs), fresh=False)
+
+    def fresh_inputs(seed: int) -> list[Any]:
+        check.input_seed = seed
+        return make_inputs(problem, seed, device)
+
     with torch.no_grad():
-        return time_calls(device, model, input_sets, timers, int(command["trials"]), int(command["warmup"]))
+        return time_calls(
+            device,
+            guarded,
+            input_sets,
+            timers,
+            int(command["trials"]),
+            int(command["warmup"]),
+            check,
+            fresh_inputs,
+        )
 
 
 def report_forward_error(channel: Channel, guards: Any, exc: BaseException, where: str) -> int:

@@ -158,3 +158,46 @@ def tensor_bytes(values: list[Any]) -> int:
     import torch
 
     return sum(v.numel() * v.element_size() for v in values if isinstance(v, torch.Tensor))
+
+
+# Elements of every timed call's outputs checked against the reference (per output tensor): a call that gets
+# a fraction q of the elements wrong escapes with probability (1 - q) ** SAMPLES_PER_OUTPUT.
+SAMPLES_PER_OUTPUT = 512
+
+
+def sample_positions(seed: int, numels: list[int]) -> list[Any]:
+    """Flat element positions for each output, from ``seed`` on a CPU generator: the candidate's worker and
+    the reference process derive the same positions from the same seed, drawn after the call."""
+    import torch
+
+    generator = torch.Generator().manual_seed(seed)
+    return [
+        torch.randint(0, numel, (min(SAMPLES_PER_OUTPUT, numel),), generator=generator)
+        if numel > 0
+        else torch.empty(0, dtype=torch.long)
+        for numel in numels
+    ]
+
+
+def encode_values(values: Any) -> str:
+    """Raw bytes of a 1-D CPU tensor as base64 (no pickling)."""
+    import base64
+
+    import torch
+
+    return base64.b64encode(values.contiguous().view(torch.uint8).numpy().tobytes()).decode()
+
+
+def decode_values(text: str, dtype: Any, count: int) -> Any:
+    """The inverse of :func:`encode_values`, checked against the expected element count."""
+    import base64
+
+    import torch
+
+    raw = bytearray(base64.b64decode(text.encode(), validate=True))
+    itemsize = torch.empty(0, dtype=dtype).element_size()
+    if len(raw) != count * itemsize:
+        raise ValueError(f"{len(raw)} bytes where {count} values of {dtype} take {count * itemsize}")
+    if count == 0:
+        return torch.empty(0, dtype=dtype)
+    return torch.frombuffer(raw, dtype=torch.uint8).view(dtype).clone()

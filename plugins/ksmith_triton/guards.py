@@ -11,7 +11,10 @@ They are installed before the candidate module is imported, so the candidate see
   threads still alive afterwards;
 - processes spawned by the candidate's own code (an audit hook: Triton's compiler may spawn ``ptxas``, so a
   spawn with a Triton frame on the stack is allowed);
-- identities of the timing functions and of the patched entry points, compared at the end.
+- identities of the timing functions and of the patched entry points, compared at the end;
+- interpreter hooks that would let candidate code run inside the harness between calls, when nothing of the
+  candidate's should run: trace and profile functions, garbage-collector callbacks, signal handlers and
+  interval timers, compared with what was there before the candidate loaded.
 
 This raises the bar; it cannot make one Python process safe from code running in it. The verdict's weight
 therefore rests on what the candidate cannot reach: reference outputs and the comparison live elsewhere.
@@ -130,6 +133,7 @@ class Guards:
         self.in_forward = False
         self.forbidden: dict[str, int] = {}
         self.candidate_phase = False
+        self.autotuners: dict[int, Any] = {}  # Triton autotuners the candidate's launches went through
         self._torch = torch
         self._triton_dirs: tuple[str, ...] = ()
         self._captured: dict[str, tuple[Any, str, Any]] = {}
@@ -195,6 +199,8 @@ class Guards:
         guards = self
 
         def run(kernel, *args, **kwargs):
+            if hasattr(kernel, "cache"):
+                guards.autotuners.setdefault(id(kernel), kernel)
             guards.launch_depth += 1
             try:
                 return original(kernel, *args, **kwargs)
@@ -311,6 +317,13 @@ class Guards:
         self._remember(name, owner, attr, _static(owner, attr, value))
         return value
 
+    def capture_namespace(self, label: str, owner: Any) -> None:
+        """Every callable attribute of ``owner`` (``torch``, ``torch.Tensor``, ...): replacing any of them --
+        ``torch.randn`` so that fresh inputs repeat, say -- is reported by :meth:`tampered`."""
+        for attr, value in list(vars(owner).items()):
+            if callable(value) and not attr.startswith("__"):
+                self._remember(f"{label}.{attr}", owner, attr, value)
+
     def tampered(self) -> list[str]:
         changed = []
         for name, (owner, attr, value) in self._captured.items():
@@ -325,18 +338,34 @@ class Guards:
 
     # -- one forward ----------------------------------------------------------------------------------------
 
-    def run_forward(self, model: Any, inputs: list[Any]) -> Any:
-        """Call ``model(*inputs)`` with op accounting and launch counting for exactly this call."""
-        self.launches = 0
-        self.forbidden = {}
-        self.side_stream_launches = 0
-        self.launch_errors = []
+    def run_forward(self, model: Any, inputs: list[Any], fresh: bool = True) -> Any:
+        """Call ``model(*inputs)`` with op accounting and launch counting (counted afresh for this call, or,
+        with ``fresh=False``, added to what earlier calls counted: the timing loop's calls)."""
+        if fresh:
+            self.launches = 0
+            self.forbidden = {}
+            self.side_stream_launches = 0
+            self.launch_errors = []
         with self._torch.no_grad(), self._mode_class():
             self.in_forward = True
             try:
                 return model(*inputs)
             finally:
                 self.in_forward = False
+
+    def forget_autotuning(self) -> int:
+        """Make every autotuner the candidate used benchmark its configurations again at its next call.
+
+        They first benchmarked during the first call, beside other evaluations' GPU work; the timing loop's
+        warm-up runs under the exclusive lock, so the configuration it picks there is the one a quiet GPU
+        prefers, the same from one run to the next. Returns how many were reset."""
+        reset = 0
+        for tuner in self.autotuners.values():
+            cache = getattr(tuner, "cache", None)
+            if isinstance(cache, dict) and cache:
+                cache.clear()
+                reset += 1
+        return reset
 
     def launch_error_for(self, exc: BaseException) -> str | None:
         """The traceback of a failed launch if ``exc`` is (or was raised from) that failure, else ``None``."""
@@ -371,6 +400,38 @@ def _static(owner: Any, attr: str, default: Any = None) -> Any:
         return default if default is not None else getattr(owner, attr)
 
 
+HOOK_SIGNALS = ("SIGALRM", "SIGVTALRM", "SIGPROF", "SIGUSR1", "SIGUSR2", "SIGCHLD", "SIGIO")
+
+
+def interpreter_hooks() -> dict[str, Any]:
+    """What can make Python run code of the candidate's while the harness runs: take it before the candidate
+    loads and compare with :func:`hooks_added`."""
+    import gc
+    import signal
+
+    hooks: dict[str, Any] = {
+        "sys.settrace": sys.gettrace(),
+        "sys.setprofile": sys.getprofile(),
+        "threading.settrace": getattr(threading, "gettrace", lambda: None)(),
+        "threading.setprofile": getattr(threading, "getprofile", lambda: None)(),
+        "gc.callbacks": tuple(gc.callbacks),
+    }
+    for name in HOOK_SIGNALS:
+        number = getattr(signal, name, None)
+        if number is not None:
+            hooks[f"signal {name}"] = signal.getsignal(number)
+    for name in ("ITIMER_REAL", "ITIMER_VIRTUAL", "ITIMER_PROF"):
+        which = getattr(signal, name, None)
+        if which is not None:
+            hooks[f"signal.setitimer {name}"] = signal.getitimer(which) != (0.0, 0.0)
+    return hooks
+
+
+def hooks_added(before: dict[str, Any]) -> list[str]:
+    now = interpreter_hooks()
+    return [name for name, value in now.items() if value != before.get(name)]
+
+
 def thread_idents() -> set[int]:
     return set(sys._current_frames())
 
@@ -379,7 +440,10 @@ def capture_timers(guards: Guards, device: str) -> dict[str, Any]:
     """References to the clocks, taken before the candidate loads: patching the names later changes nothing."""
     import torch
 
-    timers: dict[str, Any] = {"perf_counter": guards.capture("time.perf_counter", time, "perf_counter")}
+    timers: dict[str, Any] = {
+        "perf_counter": guards.capture("time.perf_counter", time, "perf_counter"),
+        "urandom": guards.capture("os.urandom", os, "urandom"),
+    }
     guards.capture("torch.allclose", torch, "allclose")
     if device == "cuda":
         from ksmith_triton.timing import cuda_timers
@@ -391,4 +455,5 @@ def capture_timers(guards: Guards, device: str) -> dict[str, Any]:
         guards.capture("torch.cuda.Event.elapsed_time", torch.cuda.Event, "elapsed_time")
         guards.capture("torch.cuda.current_stream", torch.cuda, "current_stream")
         guards.capture("torch._C._cuda_synchronize", torch._C, "_cuda_synchronize")
+        guards.capture("torch._C._cuda_sleep", torch._C, "_cuda_sleep")
     return timers

@@ -2,7 +2,8 @@
 
 ``python -m ksmith_triton.worker reference RESULT_FD`` runs ``main`` here: a server that computes reference
 outputs for seeds it is sent and compares a candidate's outputs with them on the device
-(``compare_with_reference``), times the eager and torch.compile references (``prepare_reference_timing``,
+(``compare_with_reference``), checks the sampled outputs of every timed call (``check_sampled_calls``),
+times the eager and torch.compile references (``prepare_reference_timing``,
 ``reference_timing``), measures the GPU's ceilings (``measure_ceilings``) and reports its device and versions
 (``reference_info``). It never runs candidate code, and nothing here imports ``candidate_side``: the
 candidate's outputs arrive as raw bytes or CUDA IPC handles, read by ``compare.py``.
@@ -44,6 +45,7 @@ def run_reference(channel: Channel, job: dict[str, Any]) -> int:
         torch.cuda.init()
     handlers = {
         "compare": compare_with_reference,
+        "check_samples": check_sampled_calls,
         "prepare_time": prepare_reference_timing,
         "time": reference_timing,
         "ceilings": measure_ceilings,
@@ -70,7 +72,92 @@ def reference_info(problem: types.ModuleType, device: str, command: dict[str, An
     import triton
 
     name = torch.cuda.get_device_name() if device == "cuda" else f"cpu {platform.machine()}"
-    return {"device_name": name, "torch": torch.__version__, "triton": triton.__version__}
+    # The physical GPU: references are timed per GPU, never carried over from another card of the same kind.
+    uuid = str(getattr(torch.cuda.get_device_properties(0), "uuid", "")) if device == "cuda" else ""
+    return {"device_name": name, "gpu_uuid": uuid, "torch": torch.__version__, "triton": triton.__version__}
+
+
+def check_sampled_calls(problem: types.ModuleType, device: str, command: dict[str, Any]) -> dict[str, Any]:
+    """Every timed call's sampled output elements against the reference's at the same positions.
+
+    ``calls`` are what the candidate's worker sent after each timed call: the input set (or the seed of the
+    fresh inputs the call had alone), the seed the sample positions derive from (drawn after the call), and
+    the sampled values. The reference outputs of each timing input set are computed once here, those of fresh
+    inputs once per call. Returns the first call that differs, if any.
+    """
+    import torch
+
+    from ksmith_triton.child_common import decode_values, sample_positions
+    from ksmith_triton.compare import compare_values, tolerances
+
+    tolerance_for = tolerances(command["tolerances"])
+    model = make_model(problem.Model, problem, command["init_seed"], device)
+    expected: dict[int, tuple[str, list[Any]]] = {}
+    calls = command["calls"]
+    for call in calls:
+        index, chosen = int(call["index"]), int(call["set"])
+        if chosen < 0 or chosen not in expected:
+            seed = int(call["input_seed"]) if chosen < 0 else command["seeds"][chosen]
+            inputs = make_inputs(problem, seed, device)
+            with torch.no_grad():
+                structure, tensors = flatten_outputs(model(*inputs))
+            outputs = (structure, [t.detach() for t in tensors])
+            del inputs
+            if chosen >= 0:  # fresh inputs are used once: their outputs are not kept
+                expected[chosen] = outputs
+        else:
+            outputs = expected[chosen]
+        structure, tensors = outputs
+        label = f"timed call {index + 1} of {len(calls)}"
+        problem_found = _sample_shape_problem(call, structure, tensors, device, label)
+        if problem_found:
+            return {"correct": False, "index": index, "reasons": [problem_found], "mismatch": None}
+        positions = sample_positions(int(call["seed"]), [t.numel() for t in tensors])
+        for output, (ref, where, text) in enumerate(zip(tensors, positions, call["samples"])):
+            try:
+                got = decode_values(text, ref.dtype, len(where))
+            except ValueError as exc:
+                return {
+                    "correct": False,
+                    "index": index,
+                    "reasons": [f"FORGED_OUTPUT: {label}, output {output}: {exc}"],
+                    "mismatch": None,
+                }
+            want = torch.take(ref, where.to(ref.device)).to("cpu")
+            result = compare_values(output, got, want, tolerance_for(str(ref.dtype)), f" ({label})")
+            if result is not None:
+                mismatch = dict(result.mismatch or {})
+                if mismatch.get("worst_index"):
+                    flat = int(where[int(mismatch["worst_index"][0])])
+                    shape = tuple(ref.shape)
+                    mismatch["worst_index"] = (
+                        [int(i) for i in torch.unravel_index(torch.tensor(flat), shape)] if shape else []
+                    )
+                mismatch["numel"] = ref.numel()
+                mismatch["where"] = f"{label}, {len(where)} sampled elements"
+                return {"correct": False, "index": index, "reasons": result.reasons, "mismatch": mismatch}
+    return {"correct": True, "checked": len(calls)}
+
+
+def _sample_shape_problem(
+    call: dict[str, Any], structure: str, tensors: list[Any], device: str, label: str
+) -> str:
+    """Why a timed call's outputs cannot be the reference's (structure, dtype, shape, device), or ``""``."""
+    if call.get("structure") != structure or len(call.get("samples", [])) != len(tensors):
+        return f"OUTPUT_STRUCTURE: {label} returned {call.get('structure')}, the reference {structure}"
+    for output, ref in enumerate(tensors):
+        if call["dtypes"][output] != str(ref.dtype):
+            return (
+                f"DTYPE_MISMATCH: {label}, output {output} is {call['dtypes'][output]}, expected {ref.dtype}"
+            )
+        if list(call["shapes"][output]) != list(ref.shape):
+            return (
+                f"SHAPE_MISMATCH: {label}, output {output} has shape {tuple(call['shapes'][output])}, "
+                f"expected {tuple(ref.shape)}"
+            )
+        if str(call["devices"][output]).split(":")[0] != device:
+            return f"DEVICE_MISMATCH: {label}, output {output} is on {call['devices'][output]}, expected {device}"
+    return ""
 
 
 def compare_with_reference(problem: types.ModuleType, device: str, command: dict[str, Any]) -> dict[str, Any]:
@@ -160,7 +247,12 @@ def prepare_reference_timing(
     return {"compile_error": compile_error}
 
 
+REFERENCE_BLOCKS = 3  # eager and torch.compile are timed in this many interleaved blocks each
+
+
 def reference_timing(problem: types.ModuleType, device: str, command: dict[str, Any]) -> dict[str, Any]:
+    """Eager and torch.compile, each timed in :data:`REFERENCE_BLOCKS` blocks, interleaved (eager, compile,
+    eager, ...): the medians of the blocks show how steady each reference is (their spread)."""
     import torch
 
     from ksmith_triton.timing import reference_timers, time_calls
@@ -171,21 +263,37 @@ def reference_timing(problem: types.ModuleType, device: str, command: dict[str, 
     prepared = _prepared_timing.pop(token)
     timers = reference_timers(device)
     trials, warmup = int(command["trials"]), int(command["warmup"])
-    with torch.no_grad():
-        eager, _ = time_calls(device, prepared["model"], prepared["inputs"], timers, trials, warmup)
+    per_block = max(3, -(-trials // 2))
     result: dict[str, Any] = {
-        "eager_ms": eager,
+        "eager_ms": [],
+        "eager_blocks": [],
         "compile_ms": None,
+        "compile_blocks": None,
         "compile_error": prepared["compile_error"],
+        "host_ms": {},
     }
+    variants = [("eager", prepared["model"])]
     if prepared["compiled"] is not None:
-        try:
-            with torch.no_grad():
-                result["compile_ms"], _ = time_calls(
-                    device, prepared["compiled"], prepared["inputs"], timers, trials, max(warmup, 3)
-                )
-        except Exception as exc:  # noqa: BLE001
-            result["compile_error"] = format_error(exc)[-1500:]
+        variants.append(("compile", prepared["compiled"]))
+        result["compile_ms"], result["compile_blocks"] = [], []
+    for _ in range(REFERENCE_BLOCKS):
+        for name, fn in list(variants):
+            try:
+                with torch.no_grad():
+                    timed = time_calls(device, fn, prepared["inputs"], timers, per_block, max(warmup, 3))
+            except Exception as exc:  # noqa: BLE001 - a compiled reference that fails is a missing number
+                if name != "compile":
+                    raise
+                result["compile_error"] = format_error(exc)[-1500:]
+                result["compile_ms"] = result["compile_blocks"] = None
+                variants = [v for v in variants if v[0] != "compile"]
+                continue
+            result[f"{name}_ms"].extend(timed.samples_ms)
+            result[f"{name}_blocks"].append(timed.samples_ms)
+            result["host_ms"].setdefault(name, []).extend(timed.host_ms)
+    for name, values in list(result["host_ms"].items()):
+        ordered = sorted(values)
+        result["host_ms"][name] = ordered[len(ordered) // 2] if ordered else None
     return result
 
 
@@ -203,7 +311,7 @@ def measure_ceilings(problem: types.ModuleType, device: str, command: dict[str, 
     def copy() -> None:
         dst.copy_(src)
 
-    copy_ms, _ = time_calls(device, copy, [[]], timers, 20, 3)
+    copy_ms = time_calls(device, copy, [[]], timers, 20, 3).samples_ms
     src = dst = None  # 2 GiB back before the matmul
     size = 8192
     a = torch.randn(size, size, device="cuda", dtype=torch.bfloat16)
@@ -213,7 +321,7 @@ def measure_ceilings(problem: types.ModuleType, device: str, command: dict[str, 
     def matmul() -> None:
         torch.matmul(a, b, out=out)
 
-    mm_ms, _ = time_calls(device, matmul, [[]], timers, 20, 3)
+    mm_ms = time_calls(device, matmul, [[]], timers, 20, 3).samples_ms
     copy_med = sorted(copy_ms)[len(copy_ms) // 2]
     mm_med = sorted(mm_ms)[len(mm_ms) // 2]
     return {"bandwidth_bytes_s": 2 * n_bytes / (copy_med * 1e-3), "flops_s": 2 * size**3 / (mm_med * 1e-3)}

@@ -149,8 +149,13 @@ class Child:
         except (OSError, ValueError, IndexError):
             return 0.0
 
-    def wait_message(self, kind: str, timeout_s: float) -> dict[str, Any] | ChildExit:
-        """The next message of ``kind`` (an ``error`` message also returns), or how the child ended."""
+    def wait_message(
+        self, kind: str, timeout_s: float, collect: tuple[str, list[dict[str, Any]]] | None = None
+    ) -> dict[str, Any] | ChildExit:
+        """The next message of ``kind`` (an ``error`` message also returns), or how the child ended.
+
+        ``collect=(other_kind, into)`` appends the messages of ``other_kind`` that arrive before it to ``into``
+        (the timed calls' reports, sent one by one while the child times); other messages are dropped."""
         deadline = time.monotonic() + timeout_s
         while True:
             remaining = deadline - time.monotonic()
@@ -168,6 +173,8 @@ class Child:
                 return self._exit_status(deadline)
             if message.get("kind") in (kind, "error"):
                 return message
+            if collect is not None and message.get("kind") == collect[0]:
+                collect[1].append(message)
 
     def _exit_status(self, deadline: float) -> ChildExit:
         try:

@@ -1,31 +1,114 @@
 """Timing loops run inside a worker, identical for the candidate and the eager / torch.compile references.
 
-GPU: CUDA events on the default stream around one call, the L2 cache flushed (a buffer twice its size zeroed)
-before every call, warm-up first, median of many. Inputs rotate over several sets drawn from fresh seeds, and
-every call gets its set copied into the same staging tensors: the data changes under a fixed address, so a
-result cache keyed on pointers or shapes replays a stale answer, which the check of the last timed outputs
-against the reference then catches. Side-stream launches are refused by the guards, so events on the default
-stream see all the work. CPU: ``perf_counter`` around a call.
+The schedule is drawn as it goes, from ``os.urandom`` (captured before any candidate code loads): how many
+warm-up calls (half to one and a half times the asked number), how many timed calls (0.8 to 1.2 times), and
+which input set each call gets. Nothing of it exists before the moment it is used, so a candidate that keeps
+state across calls cannot read ahead which call is the last, or which outputs will be looked at: after every
+timed call an ``after_call`` hook (the candidate's worker uses it to check samples of the outputs) runs
+before the next call starts.
+
+GPU: the L2 cache is flushed (a buffer twice its size zeroed) before every call, then the GPU is kept busy
+with a calibrated spin (``torch.cuda._sleep``) while the host launches the call, so the CUDA events around
+the call measure the GPU's own time: host launch overhead -- a compiled model's guards, a Python wrapper, a
+CPU busy with other evaluations -- does not leak into the measurement. (Without it, a torch.compile reference
+calling the very same cuBLAS or cuDNN kernel as eager measured 10-60 % slower, and by a different amount in
+every process: docs/evaluation.md, "Steady references".) Host time per call is recorded beside it. Work that
+depends on the call's inputs cannot hide in the spin: it is ordered after the start event on the stream.
+
+Inputs are copied into the same staging tensors before every call: the data changes under a fixed address,
+so a result cache keyed on pointers or shapes replays a stale answer, which the output checks then catch. A
+third of the candidate's timed calls get inputs no call had before (``fresh_inputs``): a cache keyed on the
+data itself returns correct outputs fast only for the repeated inputs, and the driver compares the times of
+the two kinds of call.
+Side-stream launches are refused by the guards, so events on the default stream see all the work. CPU:
+``perf_counter`` around a call.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 L2_FLUSH_MIN_BYTES = 256 * 2**20
+PREQUEUE_MIN_MS = 0.05  # GPU spin before each timed call, at least (covers a fast launch)
+PREQUEUE_MAX_MS = 10.0  # and at most: a call whose launch takes longer than this is host-bound anyway
+
+# (timed call index, input set, outputs, is it the last?, GPU ms, host ms); the input set is -1 for fresh
+# inputs, whose seed is then the last entry of ``TimedCalls.input_seeds``.
+AfterCall = Callable[[int, int, Any, bool, float, float], None]
+FreshInputs = Callable[[int], list[Any]]  # a seed -> inputs no call has had before
+FRESH_SHARE = 1 / 3  # timed calls on fresh inputs, when the caller can make them
+
+
+class Schedule:
+    """Warm-up length, number of timed calls and each call's input set, drawn from ``urandom`` as needed.
+
+    The number of calls ends between ``low`` and ``high`` (both included), uniformly, though no part of the
+    decision exists before the call it concerns: after ``done`` calls the loop stops with probability
+    ``1 / (high - done + 1)``.
+    """
+
+    def __init__(self, urandom: Callable[[int], bytes], trials: int, warmup: int) -> None:
+        self.urandom = urandom
+        self.trials = (max(1, round(0.8 * trials)), max(1, round(1.2 * trials)))
+        self.warmup = (max(1, warmup // 2), max(1, warmup + warmup // 2))
+
+    def below(self, n: int) -> int:
+        """A uniform integer in ``[0, n)`` (the 64-bit draw makes the modulo bias negligible)."""
+        return int.from_bytes(self.urandom(8), "little") % max(1, n)
+
+    def pick(self, sets: int, fresh: bool) -> tuple[int, int | None]:
+        """The next call's inputs: one of the ``sets`` prepared input sets, or (``fresh``, a third of the time)
+        new inputs from a new seed: ``(-1, seed)``."""
+        if fresh and self.below(3) == 0:
+            return -1, self.below(2**62)
+        return self.below(sets), None
+
+    def stop(self, done: int, bounds: tuple[int, int]) -> bool:
+        low, high = bounds
+        if done < low:
+            return False
+        return done >= high or self.below(high - done + 1) == 0
+
+
+@dataclass
+class TimedCalls:
+    """What a timing loop measured, one entry per timed call, in call order."""
+
+    samples_ms: list[float]  # GPU time per call (CPU: wall time)
+    host_ms: list[float] = field(default_factory=list)  # time the host spent in the call (launching)
+    sets: list[int] = field(default_factory=list)  # the input set of each call (-1: fresh inputs)
+    input_seeds: list[int | None] = field(default_factory=list)  # the seed of each call's fresh inputs
+    warmup: int = 0
+    prequeue_ms: float = 0.0
+
+
+STAGING_COPIES = 3  # input buffers a timing loop rotates over (one when the inputs are large)
+STAGING_ROTATION_MAX_BYTES = 2 * 2**30
 
 
 class Staging:
-    """Tensors at fixed addresses that each call's inputs are copied into (outside any timed region)."""
+    """Tensors at fixed addresses that each call's inputs are copied into (outside any timed region).
 
-    def __init__(self, first: list[Any]) -> None:
+    ``copies`` sets of them, used in turn: where a buffer lands in device memory can make a memory-bound
+    kernel a percent or two faster or slower, so a timing loop spreads its calls over a few placements rather
+    than betting the median on one.
+    """
+
+    def __init__(self, first: list[Any], copies: int = 1) -> None:
         import torch
 
         self._torch = torch
-        self.tensors = [x.clone() if isinstance(x, torch.Tensor) else x for x in first]
+        size = sum(x.numel() * x.element_size() for x in first if isinstance(x, torch.Tensor))
+        copies = copies if size * copies <= STAGING_ROTATION_MAX_BYTES else 1
+        self.sets = [[x.clone() if isinstance(x, torch.Tensor) else x for x in first] for _ in range(copies)]
+        self.tensors = self.sets[0]
+        self._next = 0
 
     def load(self, inputs: list[Any]) -> list[Any]:
+        self.tensors = self.sets[self._next % len(self.sets)]
+        self._next += 1
         staged = []
         for slot, value in zip(self.tensors, inputs):
             if isinstance(value, self._torch.Tensor):
@@ -43,17 +126,6 @@ class Staging:
         return staged
 
 
-def detached_copy(out: Any) -> Any:
-    """A copy of a call's outputs, so a candidate reusing one output buffer across calls is judged fairly."""
-    import torch
-
-    if isinstance(out, torch.Tensor):
-        return out.detach().clone()
-    if type(out) in (tuple, list):
-        return type(out)(detached_copy(o) for o in out)
-    return out
-
-
 def l2_flush_buffer() -> Any:
     import torch
 
@@ -62,62 +134,120 @@ def l2_flush_buffer() -> Any:
     return torch.empty(size, dtype=torch.int8, device="cuda")
 
 
-def time_gpu(
-    fn: Callable[..., Any], input_sets: list[list[Any]], timers: dict[str, Any], trials: int, warmup: int
-) -> tuple[list[float], list[Any]]:
-    """Per-call milliseconds and the outputs of the last call on each input set."""
-    import torch
+def prequeue_ms(host_ms: list[float]) -> float:
+    """How long the GPU spins before a timed call: twice the slow end of the host's launch times."""
+    if not host_ms:
+        return PREQUEUE_MIN_MS
+    ordered = sorted(host_ms)
+    slow = ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))]
+    return min(PREQUEUE_MAX_MS, max(PREQUEUE_MIN_MS, 2.0 * slow + PREQUEUE_MIN_MS))
 
+
+def _inputs_for(
+    schedule: Schedule, input_sets: list[list[Any]], fresh_inputs: FreshInputs | None
+) -> tuple[int, int | None, list[Any]]:
+    chosen, seed = schedule.pick(len(input_sets), fresh_inputs is not None)
+    inputs = fresh_inputs(seed) if seed is not None and fresh_inputs is not None else input_sets[chosen]
+    return chosen, seed, inputs
+
+
+def time_gpu(
+    fn: Callable[..., Any],
+    input_sets: list[list[Any]],
+    timers: dict[str, Any],
+    schedule: Schedule,
+    after_call: AfterCall | None = None,
+    fresh_inputs: FreshInputs | None = None,
+) -> TimedCalls:
     record, elapsed, sync = timers["record"], timers["elapsed"], timers["synchronize"]
-    stream = timers["stream"]
+    stream, perf, event = timers["stream"], timers["perf_counter"], timers["event_class"]
+    spin, cycles_per_ms = timers["sleep"], timers["sleep_cycles_per_ms"]
     flush = l2_flush_buffer()
+    staging = Staging(input_sets[0], STAGING_COPIES)
     sets = len(input_sets)
-    staging = Staging(input_sets[0])
-    for i in range(warmup):
-        fn(*staging.load(input_sets[i % sets]))
-    sync()
-    events = [
-        (timers["event_class"](enable_timing=True), timers["event_class"](enable_timing=True))
-        for _ in range(trials)
-    ]
-    samples: list[float] = []
-    last: list[Any] = [None] * sets
-    for t in range(trials):
-        inputs = staging.load(input_sets[t % sets])
+    host_warm: list[float] = []
+    done = 0
+    while True:
+        inputs = staging.load(input_sets[schedule.below(sets)])
+        sync()
+        begin = perf()
+        fn(*inputs)
+        host_warm.append((perf() - begin) * 1e3)
+        sync()
+        done += 1
+        if schedule.stop(done, schedule.warmup):
+            break
+    spin_ms = prequeue_ms(host_warm)
+    cycles = int(spin_ms * cycles_per_ms)
+    result = TimedCalls(samples_ms=[], warmup=done, prequeue_ms=round(spin_ms, 4))
+    start, end = event(enable_timing=True), event(enable_timing=True)
+    calls = 0
+    while True:
+        chosen, seed, fresh = _inputs_for(schedule, input_sets, fresh_inputs)
+        inputs = staging.load(fresh)
+        del fresh
         flush.zero_()
-        start, end = events[t]
+        spin(cycles)  # the GPU stays busy while the host launches: events see only the GPU's time
         record(start, stream)
+        begin = perf()
         out = fn(*inputs)
+        host = (perf() - begin) * 1e3
         record(end, stream)
         sync()
-        samples.append(float(elapsed(start, end)))
-        if t >= trials - sets:
-            last[t % sets] = detached_copy(out)
+        result.samples_ms.append(float(elapsed(start, end)))
+        result.host_ms.append(host)
+        result.sets.append(chosen)
+        result.input_seeds.append(seed)
+        calls += 1
+        last = schedule.stop(calls, schedule.trials)
+        if after_call is not None:
+            after_call(calls - 1, chosen, out, last, result.samples_ms[-1], host)
         del out
+        if last:
+            break
     del flush
-    torch.cuda.synchronize()
-    return samples, last
+    sync()
+    return result
 
 
 def time_cpu(
-    fn: Callable[..., Any], input_sets: list[list[Any]], timers: dict[str, Any], trials: int, warmup: int
-) -> tuple[list[float], list[Any]]:
-    perf_counter = timers["perf_counter"]
-    sets = len(input_sets)
+    fn: Callable[..., Any],
+    input_sets: list[list[Any]],
+    timers: dict[str, Any],
+    schedule: Schedule,
+    after_call: AfterCall | None = None,
+    fresh_inputs: FreshInputs | None = None,
+) -> TimedCalls:
+    perf = timers["perf_counter"]
     staging = Staging(input_sets[0])
-    for i in range(warmup):
-        fn(*staging.load(input_sets[i % sets]))
-    samples: list[float] = []
-    last: list[Any] = [None] * sets
-    for t in range(trials):
-        inputs = staging.load(input_sets[t % sets])
-        begin = perf_counter()
+    sets = len(input_sets)
+    done = 0
+    while True:
+        fn(*staging.load(input_sets[schedule.below(sets)]))
+        done += 1
+        if schedule.stop(done, schedule.warmup):
+            break
+    result = TimedCalls(samples_ms=[], warmup=done)
+    calls = 0
+    while True:
+        chosen, seed, fresh = _inputs_for(schedule, input_sets, fresh_inputs)
+        inputs = staging.load(fresh)
+        del fresh
+        begin = perf()
         out = fn(*inputs)
-        samples.append((perf_counter() - begin) * 1e3)
-        if t >= trials - sets:
-            last[t % sets] = detached_copy(out)
+        wall = (perf() - begin) * 1e3
+        result.samples_ms.append(wall)
+        result.host_ms.append(wall)
+        result.sets.append(chosen)
+        result.input_seeds.append(seed)
+        calls += 1
+        last = schedule.stop(calls, schedule.trials)
+        if after_call is not None:
+            after_call(calls - 1, chosen, out, last, wall, wall)
         del out
-    return samples, last
+        if last:
+            break
+    return result
 
 
 def time_calls(
@@ -127,31 +257,46 @@ def time_calls(
     timers: dict[str, Any],
     trials: int,
     warmup: int,
-) -> tuple[list[float], list[Any]]:
-    trials = max(trials, len(input_sets))
+    after_call: AfterCall | None = None,
+    fresh_inputs: FreshInputs | None = None,
+) -> TimedCalls:
+    """Time ``fn`` over ``input_sets`` with a schedule drawn as it goes (about ``trials`` timed calls); with
+    ``fresh_inputs``, a third of the timed calls get inputs made for them alone."""
+    schedule = Schedule(timers["urandom"], trials, warmup)
     if device == "cuda":
-        return time_gpu(fn, input_sets, timers, trials, warmup)
-    return time_cpu(fn, input_sets, timers, trials, warmup)
+        return time_gpu(fn, input_sets, timers, schedule, after_call, fresh_inputs)
+    return time_cpu(fn, input_sets, timers, schedule, after_call, fresh_inputs)
 
 
 def reference_timers(device: str) -> dict[str, Any]:
     """Timers for the reference worker (no candidate there, so nothing to guard)."""
+    import os
     import time
 
-    timers: dict[str, Any] = {"perf_counter": time.perf_counter}
+    timers: dict[str, Any] = {"perf_counter": time.perf_counter, "urandom": os.urandom}
     if device == "cuda":
         timers.update(cuda_timers())
     return timers
 
 
 def cuda_timers() -> dict[str, Any]:
+    """Events, synchronisation and the GPU spin, with the spin's cycles per millisecond measured once."""
     import torch
 
     base = torch._C._CudaEventBase
-    return {
+    timers = {
         "event_class": base,
         "record": base.record,
         "elapsed": base.elapsed_time,
         "synchronize": torch._C._cuda_synchronize,
         "stream": torch.cuda.default_stream(),
+        "sleep": torch._C._cuda_sleep,
     }
+    start, end = base(enable_timing=True), base(enable_timing=True)
+    timers["synchronize"]()
+    base.record(start, timers["stream"])
+    torch._C._cuda_sleep(2_000_000)
+    base.record(end, timers["stream"])
+    timers["synchronize"]()
+    timers["sleep_cycles_per_ms"] = 2_000_000 / max(1e-3, float(base.elapsed_time(start, end)))
+    return timers
