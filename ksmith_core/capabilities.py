@@ -42,6 +42,15 @@ class Proposer:
     several such steps. Raise :class:`~ksmith_core.errors.ProposerError` only when the proposer cannot work
     at all (its server is unreachable); one bad generation should simply yield fewer proposals.
 
+    Say why a generation came to nothing with ``run.note_dropped(reason, detail="")``: ``reason`` a short
+    stable snake_case label (``"no_edit_block"``, ``"edit_not_applied"``, ``"all_edits_tried"``), which
+    summaries print as its words with a count; ``detail`` what exactly went wrong, kept with the event. It is
+    thread-safe and only counts and queues: the engine commits each step's drops as ``dropped`` events (with
+    ``reason``, ``detail``, ``by``, ``proposer``, ``evaluations``) before the step's evaluations, and
+    ``ksmith evolve``, ``ksmith show`` and the report explain the run's stop with them. The engine notes its
+    own drops the same way (``duplicate``, ``near_duplicate``, ``over_budget``, ``no_selection``, and
+    ``no_proposal`` for a step where the proposer returned nothing and noted nothing).
+
     ``cli_options`` are click options this proposer adds to ``ksmith evolve`` and ``ksmith bench``;
     ``options_from_cli(values)`` turns their parsed values (a dict keyed by parameter name) into the run's
     ``proposer_options``, which are stored with the run and must never hold secrets. ``default=True`` makes

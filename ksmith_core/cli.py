@@ -215,11 +215,14 @@ def evolve(
 
 def _print_evolve_result(result, summary) -> None:
     out = console()
-    out.print(f"run {summary['run']}: {summary['evaluations']} evaluations, stopped by {result.stop_reason}")
+    out.print(f"run {summary['run']}: {summary['evaluations']} evaluations")
+    out.print(f"  {summary['stop_explanation']}", markup=False, highlight=False)
     out.print(f"  directory: {result.run_dir}")
     best, seed = result.best, result.seed
     if best is None:
-        out.print("[red]no candidate passed evaluation[/]; see `ksmith show` for the failures")
+        out.print("[red]no candidate passed evaluation[/]")
+        for line in summary["where_to_look"]:
+            out.print(f"  {line}", markup=False, highlight=False)
         return
     v = best.verdict
     note = " [yellow](interpreted CPU timings: not GPU performance)[/]" if v.interpreted else ""
@@ -232,6 +235,8 @@ def _print_evolve_result(result, summary) -> None:
         out.print("  [yellow]nothing beat the eager PyTorch reference in this run[/]")
     if result.revalidated is not None and not result.revalidated.accepted:
         out.print(f"  [red]the best candidate failed re-validation: {result.revalidated.status.value}[/]")
+    for line in summary["where_to_look"]:
+        out.print(f"  {line}", markup=False, highlight=False)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -248,6 +253,8 @@ def runs(root, as_json):
     """List runs under the runs directory ($KSMITH_RUNS_DIR or ./ksmith-runs)."""
     from ksmith_core.store import list_runs
 
+    if root is not None and root.exists() and not root.is_dir():
+        raise ConfigError(f"--root {root} is a file; give the runs directory")
     found = list_runs(root)
     if as_json:
         emit_json(found)
@@ -273,11 +280,69 @@ def runs(root, as_json):
 
 
 @cli.command()
+@click.argument("runs_named", metavar="[RUN]...", nargs=-1)
+@click.option(
+    "--older-than",
+    "older_than",
+    default=None,
+    metavar="YYYY-MM-DD",
+    help="Also remove every run that started before this date (UTC).",
+)
+@click.option(
+    "--root", type=click.Path(file_okay=False, path_type=Path), default=None, help="Runs directory."
+)
+@click.option("--dry-run", is_flag=True, help="Say what would be removed; remove nothing.")
+def rm(runs_named, older_than, root, dry_run):
+    """Remove runs: those named (ids or directories) and, with --older-than, every run started before a date.
+
+    A run being written (its lock held by a running `ksmith evolve`) is never removed: it is skipped with a
+    line saying so.
+    """
+    from datetime import datetime, timezone
+
+    from ksmith_core.errors import RunStoreError
+    from ksmith_core.store import DB_NAME, default_runs_root, remove_run, resolve_run, run_started
+
+    if not runs_named and older_than is None:
+        raise ConfigError("name the runs to remove, or give --older-than YYYY-MM-DD")
+    root = root or default_runs_root()
+    if root.exists() and not root.is_dir():
+        raise ConfigError(f"--root {root} is a file; give the runs directory")
+    chosen = [resolve_run(spec, root) for spec in runs_named]  # an unknown run is bad input: nothing removed
+    if older_than is not None:
+        try:
+            cutoff = datetime.strptime(older_than, "%Y-%m-%d").replace(tzinfo=timezone.utc).timestamp()
+        except ValueError:
+            raise ConfigError(f"--older-than takes a date as YYYY-MM-DD (got {older_than!r})") from None
+        if root.is_dir():
+            chosen += [
+                p for p in sorted(root.iterdir()) if (p / DB_NAME).is_file() and run_started(p) < cutoff
+            ]
+    seen: set[Path] = set()
+    for path in chosen:
+        if path.resolve() in seen:
+            continue
+        seen.add(path.resolve())
+        if dry_run:
+            click.echo(f"would remove {path}")
+            continue
+        try:
+            remove_run(path)
+        except RunStoreError as exc:
+            click.echo(f"skipped: {exc}", err=True)
+            continue
+        click.echo(f"removed {path}")
+    if not seen:
+        click.echo("no run matched")
+
+
+@cli.command()
 @click.argument("run")
 @click.option("--json", "as_json", is_flag=True)
 def show(run, as_json):
-    """Summarise RUN: evaluations, failures by status, the best candidate."""
-    from ksmith_core.store import RunStore, resolve_run
+    """Summarise RUN: evaluations, failures by status, the best candidate, why it stopped and what it
+    dropped before evaluation."""
+    from ksmith_core.store import RunStore, drop_words, resolve_run
 
     with RunStore.open(resolve_run(run)) as store:
         summary = store.summary()
@@ -299,6 +364,15 @@ def show(run, as_json):
     else:
         click.echo("best       none accepted")
     click.echo(f"finished   {summary['finished']} ({summary['stop_reason']})")
+    click.echo(f"stopped    {summary['stop_explanation'].removeprefix('stopped: ')}")
+    dropped = summary["dropped"]
+    for reason, count in dropped["by_reason"].items():
+        latest = dropped["latest"].get(reason)
+        click.echo(
+            f"dropped    {count:>4} {drop_words(reason)}" + (f"  (latest: {latest})" if latest else "")
+        )
+    for line in summary["where_to_look"]:
+        click.echo(f"look       {line}")
 
 
 @cli.command()
@@ -482,7 +556,7 @@ def build() -> click.Group:
     add_capability_options(cli.commands["evolve"], [*proposers, *seed_methods])
     add_capability_options(cli.commands["seed"], seed_methods)
     if "bench" in cli.commands:
-        add_capability_options(cli.commands["bench"], proposers)
+        add_capability_options(cli.commands["bench"], [*proposers, *seed_methods])
     return cli
 
 
@@ -499,7 +573,12 @@ def main(argv: list[str] | None = None) -> None:
         click.echo(f"ksmith: error: {exc.format_message()}", err=True)
         code = EXIT_USAGE
     except KsmithError as exc:
-        click.echo(f"ksmith: error: {exc}", err=True)
+        # One line, always: the first line says what is wrong; anything longer (a traceback from a problem's
+        # own code, a child's stderr) goes to the log, shown with -v.
+        first, *rest = str(exc).strip().splitlines() or [type(exc).__name__]
+        if rest:
+            logging.getLogger("ksmith").info("%s", "\n".join(rest))
+        click.echo(f"ksmith: error: {first}", err=True)
         code = EXIT_USAGE
     except KeyboardInterrupt:
         click.echo("ksmith: interrupted", err=True)

@@ -5,10 +5,17 @@ whose source was already evaluated in this run -- exactly, or up to comments, la
 names -- is never evaluated again), evaluations of one step run in
 parallel threads (each evaluation is its own child process, so threads only wait), and every finished
 evaluation is committed before the next step, so a run killed at any point resumes where it stopped.
+
+Every generation that never reaches evaluation is counted by reason (``Run.note_dropped``): the proposer's
+own drops (no usable edit, nothing left to try), and the engine's -- duplicates, near duplicates, proposals
+past the budget, steps where the proposer returned nothing and said nothing, a selector with no parent. Each
+step's drops are committed as ``dropped`` events in one transaction before its evaluations start, and the
+counts are rebuilt from them on resume.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -30,6 +37,8 @@ from ksmith_core.store import RunStore, default_runs_root
 
 # How many consecutive steps may bring no new candidate before the run stops as exhausted.
 MAX_BARREN_STEPS = 8
+
+log = logging.getLogger("ksmith")
 
 ProgressCallback = Callable[[str, dict[str, Any]], None]
 
@@ -179,6 +188,7 @@ class Engine:
                 self.run.add(candidate, verdict)
                 self.fingerprints.add(fingerprint(candidate.source))
                 self.pm.hook.ksmith_archive(run=self.run, candidate=candidate, verdict=verdict)
+            self.run.dropped.update(self.run.store.dropped()["by_reason"])
         finally:
             self.run.replaying = False
 
@@ -197,6 +207,26 @@ class Engine:
         ):
             return "patience"
         return None
+
+    def _stop_detail(self, reason: str) -> str:
+        cfg = self.run.config
+        return {
+            "budget": f"{self.run.evaluations} of {cfg.budget} evaluations",
+            "gpu_minutes": f"{cfg.gpu_minutes:g} evaluation minutes spent" if cfg.gpu_minutes else "",
+            "patience": f"{cfg.patience} evaluations without a new best",
+            "exhausted": f"no new candidate in {MAX_BARREN_STEPS} steps in a row",
+        }.get(reason, "")
+
+    def _store_dropped(self, drops: list[dict[str, Any]], new: int = 0) -> None:
+        """Commit one step's drops (``by`` the proposer or the engine) as ``dropped`` events, in one
+        transaction, and tell the live view (a ``step`` event); ``new`` is how many candidates the step
+        brought."""
+        run = self.run
+        rows = [{**drop, "proposer": self.proposer.name, "evaluations": run.evaluations} for drop in drops]
+        run.store.record_dropped(rows)
+        for row in rows:
+            log.info("dropped by the %s (%s): %s", row["by"], row["reason"], row["detail"])
+        self.on_event("step", {"drops": rows, "new": new, "run": run})
 
     def _evaluate_and_record(self, candidates: list[Candidate]) -> None:
         jobs = [EvalJob(self.run.problem, c, self.run.config.eval) for c in candidates]
@@ -224,11 +254,19 @@ class Engine:
         for proposal in proposals:
             candidate = Candidate.from_proposal(proposal, island=island)
             print_ = fingerprint(candidate.source)
-            if candidate.id in self.run.by_id or candidate.id in fresh or print_ in seen:
-                self.on_event("duplicate", {"candidate": candidate})
+            if candidate.id in self.run.by_id or candidate.id in fresh:
+                when = "earlier in the run" if candidate.id in self.run.by_id else "twice in this step"
+                self.run.note_dropped("duplicate", f"{candidate.id} was proposed {when}")
+            elif print_ in seen:
+                self.run.note_dropped(
+                    "near_duplicate",
+                    f"{candidate.id} differs from a kernel of the run only in comments, layout or local names",
+                )
+            else:
+                seen.add(print_)
+                fresh[candidate.id] = candidate
                 continue
-            seen.add(print_)
-            fresh[candidate.id] = candidate
+            self.on_event("duplicate", {"candidate": candidate})
         return list(fresh.values())
 
     def evolve(self, seed: Candidate | None = None) -> RunResult:
@@ -239,15 +277,32 @@ class Engine:
             self.on_event("seed", {"candidate": seed})
             self._evaluate_and_record([seed])
         barren = 0
+        detail = None
         reason = self._stop_reason()
         while reason is None:
             selection: Selection | None = self.selector.select(run)
             if selection is None or not selection.parents:
-                reason = "exhausted"
+                run.note_dropped("no_selection", f"the {self.selector.name} selector offered no parent")
+                self._store_dropped(_by("engine", run.take_dropped()))
+                reason, detail = "exhausted", "the selector offered no parent"
                 break
-            proposals = self.proposer.propose(run, selection) or []
+            try:
+                proposals = list(self.proposer.propose(run, selection) or [])
+            except BaseException:
+                self._store_dropped(_by("proposer", run.take_dropped()))  # what it noted before it failed
+                raise
+            drops = _by("proposer", run.take_dropped())
+            if not proposals and not drops:
+                parents = ", ".join(p.candidate.id for p in selection.parents)
+                run.note_dropped(
+                    "no_proposal", f"the {self.proposer.name} proposer returned nothing for {parents}"
+                )
+            fresh = self._fresh(proposals, selection.island)
             room = run.config.budget - run.evaluations
-            candidates = self._fresh(list(proposals), selection.island)[:room]
+            for candidate in fresh[room:]:
+                run.note_dropped("over_budget", f"{candidate.id} did not fit in the evaluation budget")
+            candidates = fresh[:room]
+            self._store_dropped(drops + _by("engine", run.take_dropped()), new=len(candidates))
             if not candidates:
                 barren += 1
                 if barren >= MAX_BARREN_STEPS:
@@ -257,9 +312,9 @@ class Engine:
             barren = 0
             self._evaluate_and_record(candidates)
             reason = self._stop_reason()
-        return self._finish(reason)
+        return self._finish(reason, detail)
 
-    def _finish(self, reason: str) -> RunResult:
+    def _finish(self, reason: str, detail: str | None = None) -> RunResult:
         run = self.run
         revalidated = None
         if run.best is not None and run.config.revalidate_best:
@@ -267,13 +322,26 @@ class Engine:
             revalidated = evaluate(run.problem, run.best.candidate, run.config.eval)
             run.store.record_event("revalidation", revalidated.to_dict(), run.best.candidate.id)
             self.on_event("revalidated", {"verdict": revalidated, "candidate": run.best.candidate})
-        run.store.record_event("run_end", {"reason": reason, "evaluations": run.evaluations})
+        run.store.record_event(
+            "run_end",
+            {
+                "reason": reason,
+                "detail": detail or self._stop_detail(reason),
+                "evaluations": run.evaluations,
+                "dropped": run.dropped_counts(),
+            },
+        )
         self.pm.hook.ksmith_run_end(run=run, reason=reason)
         seed = run.by_id.get(run.seed_id) if run.seed_id else None
         return RunResult(run.store.path, run.evaluations, run.best, seed, reason, revalidated)
 
     def close(self) -> None:
         self.run.store.close()
+
+
+def _by(origin: str, drops: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Drops as noted, marked with who dropped them (``"proposer"`` or ``"engine"``)."""
+    return [{**drop, "by": origin} for drop in drops]
 
 
 def proposer_for(name: str | None) -> Proposer:

@@ -1,7 +1,9 @@
-"""The live view of ``ksmith evolve``: step, best speedup, archive fill, evaluations/min, failures by status.
+"""The live view of ``ksmith evolve``: step, best speedup, archive fill, evaluations/min, failures by status,
+and the generations dropped before evaluation, by reason.
 
 Drawn on stderr with rich, so ``--json`` output on stdout stays clean; on a non-terminal it prints one line
-per new best instead of redrawing. Plugins can add a line by setting ``run.state(name)["progress_text"]``.
+per new best, and one per step that brought nothing new (with what it dropped), instead of redrawing.
+Plugins can add a line by setting ``run.state(name)["progress_text"]``.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from rich.live import Live
 from rich.table import Table
 
 from ksmith_core.run import Run
+from ksmith_core.store import drop_words
 
 
 class EvolveProgress:
@@ -60,6 +63,16 @@ class EvolveProgress:
                     f"{verdict.speedup or 0:.3f}x vs eager"
                     + (" (interpreted)" if verdict.interpreted else "")
                 )
+        elif kind == "step" and self.enabled and not self.live_mode and not data["new"]:
+            run = data["run"]
+            drops = Counter(row["reason"] for row in data["drops"])
+            what = ", ".join(f"{n} {drop_words(reason)}" for reason, n in drops.most_common())
+            self.console.print(
+                f"[{run.evaluations}/{run.config.budget}] nothing new this step"
+                + (f", dropped: {what}" if what else ""),
+                markup=False,
+                highlight=False,
+            )
         if self.live is not None:
             self.live.update(self._render())
 
@@ -84,6 +97,9 @@ class EvolveProgress:
         table.add_row("rate", f"{self.session_evals / minutes:.1f} evaluations/min")
         failures = ", ".join(f"{k} {v}" for k, v in sorted(self.failures.items())) or "none"
         table.add_row("failures", failures)
+        dropped = run.dropped_counts()
+        what = ", ".join(f"{n} {drop_words(reason)}" for reason, n in dropped.items())
+        table.add_row("dropped", f"{sum(dropped.values())}: {what}" if dropped else "none")
         for name, state in run.plugin_states():
             text = state.get("progress_text")
             if text:

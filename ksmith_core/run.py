@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import threading
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -11,6 +12,9 @@ from ksmith_core.errors import ConfigError
 from ksmith_core.feedback import feedback_for
 from ksmith_core.model import Candidate, EvalOptions, Problem, Scored, Verdict
 from ksmith_core.store import RunStore
+
+# How much of a dropped generation's detail is kept with its event.
+MAX_DROP_DETAIL = 500
 
 
 @dataclass(frozen=True)
@@ -61,6 +65,10 @@ class Run:
     ``population`` holds every evaluated candidate in evaluation order; ``best`` the accepted one with the
     highest speedup. ``state(name)`` gives each plugin a dict of its own for in-memory archives, rebuilt on
     resume by replaying :func:`ksmith_archive` over the stored evaluations.
+
+    ``note_dropped(reason, detail)`` is how a proposer says that a generation came to nothing (no usable
+    edit, nothing left to try); the engine notes its own drops (duplicates, steps with no proposal) the same
+    way. ``dropped`` counts them by reason for the whole run (rebuilt from the store on resume).
     """
 
     def __init__(self, problem: Problem, config: RunConfig, store: RunStore, resumed: bool = False) -> None:
@@ -80,6 +88,10 @@ class Run:
         # their model. Taken from the run's manifest.
         self.hardware: dict[str, Any] = dict(store.manifest().get("device") or {})
         self._state: dict[str, dict[str, Any]] = {}
+        # Generations that came to nothing, by reason, for the whole run; and those not yet stored.
+        self.dropped: Counter[str] = Counter()
+        self._pending_drops: list[dict[str, Any]] = []
+        self._drops_lock = threading.Lock()
 
     @property
     def id(self) -> str:
@@ -87,6 +99,31 @@ class Run:
 
     def state(self, plugin: str) -> dict[str, Any]:
         return self._state.setdefault(plugin, {})
+
+    def note_dropped(self, reason: str, detail: str = "") -> None:
+        """Count one generation that came to nothing, under a short stable ``reason`` label.
+
+        ``reason`` is a snake_case label that reads as words in summaries (``no_edit_block`` prints as "no
+        edit block"); ``detail`` says what exactly happened (the parser's complaint, the parent's id) and is
+        kept with the stored event, cut to :data:`MAX_DROP_DETAIL` characters. Thread-safe. The engine stores
+        what was noted as ``dropped`` events in one transaction at the end of every step; plugins never
+        write to the store themselves.
+        """
+        label = str(reason).strip() or "unspecified"
+        with self._drops_lock:
+            self.dropped[label] += 1
+            self._pending_drops.append({"reason": label, "detail": str(detail)[:MAX_DROP_DETAIL]})
+
+    def take_dropped(self) -> list[dict[str, Any]]:
+        """The drops noted since the last call (the engine stores them); the counts stay."""
+        with self._drops_lock:
+            taken, self._pending_drops = self._pending_drops, []
+        return taken
+
+    def dropped_counts(self) -> dict[str, int]:
+        """A copy of ``dropped``, most frequent reason first, then by name (safe while proposers note)."""
+        with self._drops_lock:
+            return dict(sorted(self.dropped.items(), key=lambda item: (-item[1], item[0])))
 
     def add(self, candidate: Candidate, verdict: Verdict) -> tuple[Scored, bool]:
         """Add an evaluation to the in-memory population; returns it and whether it is a new best."""

@@ -11,12 +11,15 @@
 
 The driver is the only writer: a second driver on the same run is refused. Each evaluation -- candidate,
 verdict, lineage and the plugins' records -- is committed in one transaction, so a run killed at any
-moment holds only whole evaluations and ``--resume`` neither loses nor repeats one.
+moment holds only whole evaluations and ``--resume`` neither loses nor repeats one. The generations of a step
+that never reached evaluation are committed together as ``dropped`` events (:meth:`RunStore.record_dropped`);
+:meth:`RunStore.summary` counts them by reason and says why the run stopped in those terms.
 """
 
 from __future__ import annotations
 
 import fcntl
+import glob
 import json
 import os
 import sqlite3
@@ -31,6 +34,10 @@ from ksmith_core.model import Candidate, Verdict, thaw
 SCHEMA_VERSION = 1
 DB_NAME = "run.sqlite"
 MANIFEST_NAME = "manifest.json"
+DROPPED = "dropped"  # the event kind of a generation that never reached evaluation
+
+# Reasons whose label does not read well as its words in summaries ("no_edit_block" reads "no edit block").
+DROP_WORDS = {"over_budget": "past the budget", "no_selection": "no parent to select"}
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -94,6 +101,8 @@ class RunStore:
         path = Path(path)
         if (path / DB_NAME).exists():
             raise RunStoreError(f"run directory {path} already holds a run; use --resume to continue it")
+        if path.is_dir() and any(path.iterdir()):
+            raise RunStoreError(f"run directory {path} exists and is not empty; give a new directory")
         (path / "candidates").mkdir(parents=True, exist_ok=True)
         (path / "problem.py").write_text(problem_source, encoding="utf-8")
         store = cls._connect(path, writable=True)
@@ -224,6 +233,15 @@ class RunStore:
         with self._conn:
             self._insert_event(kind, data, candidate_id, time.time())
 
+    def record_dropped(self, drops: list[dict[str, Any]]) -> None:
+        """Store one step's dropped generations, one ``dropped`` event each, in one transaction."""
+        if not drops:
+            return
+        now = time.time()
+        with self._conn:
+            for drop in drops:
+                self._insert_event(DROPPED, drop, drop.get("candidate_id"), now)
+
     def _insert_event(self, kind: str, data: dict[str, Any], candidate_id: str | None, ts: float) -> None:
         self._conn.execute(
             "INSERT INTO events (ts, kind, candidate_id, data) VALUES (?,?,?,?)",
@@ -308,6 +326,19 @@ class RunStore:
             for r in rows
         ]
 
+    def dropped(self) -> dict[str, Any]:
+        """Generations that never reached evaluation: ``total``, ``by_reason`` (most frequent first) and
+        the ``latest`` detail of each reason, read from the ``dropped`` events."""
+        counts: dict[str, int] = {}
+        latest: dict[str, str] = {}
+        for event in self.events(DROPPED):
+            reason = str(event.get("reason") or "unspecified")
+            counts[reason] = counts.get(reason, 0) + 1
+            if event.get("detail"):
+                latest[reason] = str(event["detail"])
+        by_reason = dict(sorted(counts.items(), key=lambda item: (-item[1], item[0])))
+        return {"total": sum(counts.values()), "by_reason": by_reason, "latest": latest}
+
     def summary(self) -> dict[str, Any]:
         """What ``ksmith show --json`` prints."""
         meta = self.meta()
@@ -326,7 +357,7 @@ class RunStore:
                 "device": verdict.device,
             }
         finished = self.events("run_end")
-        return {
+        summary = {
             "run": self.path.name,
             "path": str(self.path),
             "problem": meta.get("problem"),
@@ -339,7 +370,66 @@ class RunStore:
             "finished": bool(finished),
             "stop_reason": finished[-1].get("reason") if finished else None,
             "created": meta.get("created"),
+            "dropped": self.dropped(),
         }
+        summary["stop_explanation"] = stop_explanation(
+            summary["stop_reason"], finished[-1].get("detail") if finished else None, summary["dropped"]
+        )
+        summary["where_to_look"] = where_to_look(summary, meta.get("seed_id"))
+        return summary
+
+
+def drop_words(reason: str) -> str:
+    """A drop reason as words: ``no_edit_block`` -> "no edit block"."""
+    return DROP_WORDS.get(reason, reason.replace("_", " "))
+
+
+def dropped_text(by_reason: dict[str, int]) -> str:
+    """``32 dropped: 20 no edit block, 11 edit not applied, 1 duplicate`` ("" when nothing was dropped)."""
+    total = sum(by_reason.values())
+    if not total:
+        return ""
+    return f"{total} dropped: " + ", ".join(f"{n} {drop_words(reason)}" for reason, n in by_reason.items())
+
+
+def stop_explanation(reason: str | None, detail: str | None, dropped: dict[str, Any]) -> str:
+    """Why a run stopped, with what never reached evaluation: ``stopped: exhausted (no new candidate in 8
+    steps in a row) -- 32 dropped: 20 no edit block, 11 edit not applied, 1 duplicate``."""
+    text = f"stopped: {reason}" if reason else "not finished (still running, or killed)"
+    if detail:
+        text += f" ({detail})"
+    drops = dropped_text(dropped.get("by_reason") or {})
+    return f"{text} -- {drops}" if drops else text
+
+
+def where_to_look(summary: dict[str, Any], seed_id: str | None) -> list[str]:
+    """For a run that found nothing (nothing accepted, or nothing beat the seed): what happened and where
+    the details are. Empty for a run that found a better kernel, or has no evaluation yet."""
+    run, evaluations, best = summary["path"], summary["evaluations"], summary["best"]
+    if not evaluations or (best is not None and best["id"] != seed_id):
+        return []
+    failed = sum(n for status, n in summary["statuses"].items() if status != "ok")
+    lines = []
+    if best is None:
+        lines.append(
+            f"no candidate was accepted ({failed} of {evaluations} evaluations failed): "
+            f"`ksmith report {run}` shows the latest error of each status"
+        )
+    elif evaluations > 1:
+        why = f"{failed} failed, the rest were slower" if failed else "all were slower"
+        lines.append(
+            f"no candidate beat the seed ({evaluations - 1} evaluated after it: {why}): "
+            f"`ksmith report {run}` shows the failures and the lineage"
+        )
+    else:
+        lines.append("no candidate beat the seed: none was evaluated after it")
+    dropped = summary["dropped"]
+    if dropped["total"]:
+        lines.append(
+            f"{dropped['total']} generations never reached evaluation: `ksmith show {run}` gives the latest "
+            f"detail of each reason; each is a `{DROPPED}` event in {DB_NAME} (`ksmith -v evolve` logs them)"
+        )
+    return lines
 
 
 def resolve_run(spec: str, root: Path | None = None) -> Path:
@@ -351,7 +441,9 @@ def resolve_run(spec: str, root: Path | None = None) -> Path:
     under_root = root / spec
     if (under_root / DB_NAME).is_file():
         return under_root
-    matches = [p for p in root.glob(f"{spec}*") if (p / DB_NAME).is_file()] if root.is_dir() else []
+    # A run id may be given by its prefix; a path (anything with a separator) is only ever itself.
+    is_id = os.sep not in spec and "/" not in spec and not glob.has_magic(spec)
+    matches = [p for p in root.glob(f"{spec}*") if (p / DB_NAME).is_file()] if is_id and root.is_dir() else []
     if len(matches) == 1:
         return matches[0]
     if len(matches) > 1:
@@ -373,3 +465,31 @@ def list_runs(root: Path | None = None) -> list[dict[str, Any]]:
         except RunStoreError as exc:
             runs.append({"run": path.name, "path": str(path), "error": str(exc)})
     return runs
+
+
+def run_started(path: Path) -> float:
+    """When a run started (its first session in the manifest; the directory's age if that is unreadable)."""
+    try:
+        sessions = json.loads((path / MANIFEST_NAME).read_text()).get("sessions") or []
+        return float(sessions[0]["started"])
+    except (OSError, ValueError, KeyError, IndexError, TypeError):
+        return path.stat().st_mtime
+
+
+def remove_run(path: Path) -> None:
+    """Delete a run directory, unless a driver is writing it: the run's lock is taken first (without
+    waiting), so a run in progress is never removed. Raises :class:`RunStoreError` if it is held."""
+    import shutil
+
+    path = Path(path)
+    if not (path / DB_NAME).is_file():
+        raise RunStoreError(f"no run at {path} (expected {path / DB_NAME})")
+    lock_fd = os.open(path / "run.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise RunStoreError(f"run {path.name} is being written (its lock is held); not removed") from None
+        shutil.rmtree(path)
+    finally:
+        os.close(lock_fd)

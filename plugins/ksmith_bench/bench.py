@@ -24,12 +24,14 @@ from pathlib import Path
 from typing import Any
 
 from ksmith_core.capabilities import EvalJob
-from ksmith_core.errors import ProblemError
+from ksmith_core.errors import KsmithError, ProblemError
 from ksmith_core.loading import SEED_SUFFIX, load_candidate, load_problem, problem_files, seed_path_for
 from ksmith_core.model import Candidate, Problem, Verdict
 from ksmith_core.run import RunConfig
 
 RESULTS = "results.jsonl"
+NOT_EVALUATED = frozenset({"load_failed", "setup_failed", "no_candidate", "no_seed"})
+SEEDS_DIR = "seeds"  # where --seed-from writes the seeds it makes, one NAME.seed.py (+ .json) per problem
 
 
 @dataclass(frozen=True)
@@ -124,6 +126,11 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
             r["problem"] for r in correct if (r.get("speedup_vs_compile") or 2) < 1.0
         ),
         "interpreted": any(r.get("interpreted") for r in rows),
+        # Rows with no verdict, by why: load_failed, setup_failed, no_candidate.
+        "not_evaluated": {
+            status: sum(1 for r in rows if r["status"] == status)
+            for status in sorted({r["status"] for r in rows} & NOT_EVALUATED)
+        },
     }
 
 
@@ -143,6 +150,14 @@ def _row(
         "roofline_bound": verdict.roofline_bound if verdict else None,
         "runtime_ms": verdict.runtime_ms if verdict else None,
         "reference_ms": verdict.reference_ms if verdict else None,
+        # How steady each timing was (max/min - 1 of its blocks' medians): a ratio is as good as both ends.
+        "runtime_spread": verdict.runtime.spread if verdict and verdict.runtime else None,
+        "reference_eager_spread": verdict.reference_eager.spread
+        if verdict and verdict.reference_eager
+        else None,
+        "reference_compile_spread": (
+            verdict.reference_compile.spread if verdict and verdict.reference_compile else None
+        ),
         "interpreted": verdict.interpreted if verdict else False,
         "device": verdict.device if verdict else None,
         "reasons": list(verdict.reasons) if verdict else ["NO_CANDIDATE: no ModelNew beside the problem"],
@@ -152,14 +167,49 @@ def _row(
     return row
 
 
+def _failed_row(
+    path: Path, status: str, reason: str, problem: Problem | None = None, extra: dict | None = None
+) -> dict[str, Any]:
+    """The row of a problem that was not evaluated, with why (one line)."""
+    first = (reason.strip().splitlines() or [status])[0]
+    row: dict[str, Any] = {
+        "problem": problem.name if problem else path.stem,
+        "path": str(path),
+        "problem_sha": problem.sha if problem else None,
+        "candidate_id": None,
+        "mode": "none",
+        "status": status,
+        "speedup": None,
+        "speedup_vs_compile": None,
+        "roofline_fraction": None,
+        "roofline_bound": None,
+        "runtime_ms": None,
+        "reference_ms": None,
+        "interpreted": False,
+        "device": None,
+        "reasons": [f"{status.upper()}: {first}"],
+        **(extra or {}),
+    }
+    row["compile_roofline_fraction"] = None
+    return row
+
+
 class Bench:
     def __init__(
-        self, out_dir: Path, config: RunConfig, evolve: bool, candidates_dir: Path | None = None
+        self,
+        out_dir: Path,
+        config: RunConfig,
+        evolve: bool,
+        candidates_dir: Path | None = None,
+        seed_from: str | None = None,
+        seed_options: dict[str, Any] | None = None,
     ) -> None:
         self.out_dir = Path(out_dir)
         self.config = config
         self.evolve = evolve
         self.candidates_dir = candidates_dir
+        self.seed_from = seed_from
+        self.seed_options = dict(seed_options or {})
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self.results_path = self.out_dir / RESULTS
 
@@ -201,22 +251,64 @@ class Bench:
         return {"summary": summary, "rows": rows}
 
     def _one(self, path: Path, finished: dict) -> tuple[dict[str, Any], bool]:
-        """One problem's row, and whether it was computed now (False: taken from an earlier bench)."""
+        """One problem's row, and whether it was computed now (False: taken from an earlier bench).
+
+        A problem that cannot be loaded, set up or started gets a row saying so, with the one-line reason,
+        and the bench goes on (``load_failed``, ``setup_failed``, ``no_candidate``)."""
         from ksmith_core.engine import evaluate_all
 
-        problem = load_problem(path)
-        cand_path = candidate_for(problem, self.candidates_dir)
-        start = load_candidate(cand_path) if cand_path else None
+        try:
+            problem = load_problem(path)
+        except KsmithError as exc:
+            return _failed_row(path, "load_failed", str(exc)), True
+        try:
+            cand_path = candidate_for(problem, self.candidates_dir)
+            start = load_candidate(cand_path) if cand_path else None
+        except KsmithError as exc:
+            return _failed_row(path, "load_failed", str(exc), problem), True
+        if start is None and self.seed_from:
+            try:
+                start = self._seed(problem)
+            except KsmithError as exc:
+                return _failed_row(path, "no_seed", str(exc), problem), True
         key = (problem.sha, start.id if start else None)
         if key in finished and finished[key].get("mode") == ("evolve" if self.evolve else "eval"):
             return finished[key], False
         extra = {"start_candidate_id": start.id if start else None}
         if start is None:
             return _row(problem, None, None, "eval", extra), True
-        if not self.evolve:
-            (verdict,) = evaluate_all([EvalJob(problem, start, self.config.eval)], 1, self.config.executor)
-            return _row(problem, start, verdict, "eval", extra), True
-        return self._evolve_one(problem, start, extra), True
+        try:
+            if not self.evolve:
+                (verdict,) = evaluate_all(
+                    [EvalJob(problem, start, self.config.eval)], 1, self.config.executor
+                )
+                return _row(problem, start, verdict, "eval", extra), True
+            return self._evolve_one(problem, start, extra), True
+        except ProblemError as exc:
+            return _failed_row(path, "setup_failed", str(exc), problem, extra), True
+
+    def _seed(self, problem: Problem) -> Candidate:
+        """A first kernel from ``--seed-from``, kept in ``OUT/seeds/``: a resumed bench reuses it as long as
+        the problem is unchanged (its hash is stored beside it)."""
+        from ksmith_core.planning import seed_candidate
+
+        directory = self.out_dir / SEEDS_DIR
+        path = directory / f"{problem.name}{SEED_SUFFIX}"
+        facts = path.with_name(f"{problem.name}.seed.json")
+        if path.is_file() and facts.is_file():
+            try:
+                stored = json.loads(facts.read_text())
+            except ValueError:
+                stored = {}
+            if stored.get("problem_sha") == problem.sha and stored.get("method") == self.seed_from:
+                return load_candidate(path)
+        candidate = seed_candidate(problem, self.seed_from, self.config.eval, self.seed_options)
+        directory.mkdir(parents=True, exist_ok=True)
+        path.write_text(candidate.source, encoding="utf-8")
+        facts.write_text(
+            json.dumps({"problem_sha": problem.sha, "method": self.seed_from, "candidate_id": candidate.id})
+        )
+        return candidate
 
     def _evolve_one(self, problem: Problem, start: Candidate, extra: dict[str, Any]) -> dict[str, Any]:
         from ksmith_core.engine import Engine

@@ -33,6 +33,13 @@ def ksmith_register_commands(cli):
 @click.option("--parallel", type=int, default=None, help="Evaluations at once (default 1).")
 @click.option("--executor", default=None, help="How evaluations are dispatched (default local).")
 @click.option(
+    "--seed-from",
+    "seed_from",
+    default=None,
+    metavar="METHOD",
+    help="Problems with no ModelNew get one first: inductor, llm or vllm (kept in OUT/seeds/, reused on resume).",
+)
+@click.option(
     "--candidates",
     "candidates_dir",
     type=click.Path(file_okay=False, path_type=Path),
@@ -56,6 +63,7 @@ def bench(
     proposer,
     parallel,
     executor,
+    seed_from,
     candidates_dir,
     out_dir,
     device,
@@ -67,15 +75,19 @@ def bench(
     """Evaluate (or --evolve) every problem in PATHS (files or directories, KernelBench levels included).
 
     Reports per problem status, speedup vs eager and torch.compile and roofline fraction, then correct rate,
-    fast_0 / fast_1 against both references, and mean and geometric-mean speedups.
+    fast_0 / fast_1 against both references, and mean and geometric-mean speedups. A problem that cannot be
+    loaded, set up or seeded gets a row saying why, and the bench goes on.
     """
     from ksmith_bench.bench import Bench, collect_problems
+    from ksmith_core.capabilities import SeedMethod
     from ksmith_core.engine import executor_for, proposer_for
+    from ksmith_core.registry import lookup
     from ksmith_core.run import RunConfig
 
     problem_paths = collect_problems(paths)
     out_dir = output_dir(out_dir or Path("ksmith-bench"))
     executor_for(executor)  # an unknown name fails before any work
+    seed_options = capability_options(lookup(SeedMethod, seed_from), capability_values) if seed_from else {}
     overrides = {
         k: v
         for k, v in {"budget": budget, "parallel": parallel, "executor": executor}.items()
@@ -96,7 +108,9 @@ def bench(
             markup=False,
         )
 
-    result = Bench(out_dir, config, do_evolve, candidates_dir).run(problem_paths, on_row)
+    result = Bench(out_dir, config, do_evolve, candidates_dir, seed_from, seed_options).run(
+        problem_paths, on_row
+    )
     if as_json:
         emit_json(result)
         return
@@ -111,6 +125,8 @@ def print_bench(result) -> None:
         note = ""
         if row["status"] == "ok" and (row.get("speedup_vs_compile") or 2) < 1.0:
             note = "slower than torch.compile"
+        elif row["status"] != "ok" and row.get("reasons"):
+            note = row["reasons"][0][:100]
         roof = row.get("roofline_fraction")
         table.add_row(
             row["problem"],
@@ -140,3 +156,6 @@ def print_bench(result) -> None:
         )
     if s["slower_than_compile"]:
         out.print("slower than torch.compile: " + ", ".join(s["slower_than_compile"]))
+    if s.get("not_evaluated"):
+        counts = ", ".join(f"{status} {n}" for status, n in s["not_evaluated"].items())
+        out.print(f"not evaluated: {counts} (each row's reason says why)")

@@ -6,8 +6,9 @@ and ``--llm-model``), and optionally ``max_tokens``, ``temperature``, ``concurre
 vllm, ``vllm_args`` (keyword arguments for ``vllm.LLM``). The server
 falls back to ``OPENAI_BASE_URL``; the key is read from ``OPENAI_API_KEY`` when the client is made and is
 never written to the run. Token totals of the run are kept in ``run.state("llm")`` and stored as
-``llm_usage`` events alongside each evaluation of an LLM-made candidate, with the reasons of the
-generations rejected since the previous one.
+``llm_usage`` events alongside each evaluation of an LLM-made candidate. A generation that is still unusable
+after its repair request is noted with ``run.note_dropped`` under one of ``proposer.DROP_REASONS`` (the
+engine stores it as a ``dropped`` event at the end of the step).
 
 ``seed_from_llm(problem, options)`` asks for a first ``ModelNew`` for a problem that ships no seed.
 """
@@ -148,8 +149,6 @@ def ksmith_archive(run, candidate, verdict):
         state["requests"] = state.get("requests", 0) + int(meta.get("requests", 0))
         return None
     with core._state_lock:
-        rejections = list(state.get("pending_rejections", ()))
-        state["pending_rejections"] = []
         record = {
             "kind": "llm_usage",
             "candidate_id": candidate.id,
@@ -160,7 +159,6 @@ def ksmith_archive(run, candidate, verdict):
             "run_completion_tokens": state.get("completion_tokens", 0),
             "run_requests": state.get("requests", 0),
             "run_rejected": state.get("rejected", 0),
-            "rejections": rejections,
         }
     return [record]
 

@@ -3,7 +3,8 @@
 Shared by the ``llm`` (server) and ``vllm`` (offline) proposers: each generation of a step is one
 conversation; the first round of conversations goes out as a batch, every answer that cannot be used (edits
 that do not apply, no code, a module that does not parse or defines no ``ModelNew``, no change at all) gets
-one repair request in a second batch showing what failed, and what still fails is dropped with its reason.
+one repair request in a second batch showing what failed, and what still fails is dropped with its reason:
+``run.note_dropped(label, detail)`` with one of the labels of :data:`DROP_REASONS`.
 """
 
 from __future__ import annotations
@@ -23,8 +24,20 @@ from ksmith_llm.edits import apply_edits, closest_lines, normalise_newlines, par
 
 log = logging.getLogger("ksmith_llm")
 
-STATE = "llm"  # the run.state() key holding token totals and rejection reasons
-MAX_KEPT_REJECTIONS = 50
+STATE = "llm"  # the run.state() key holding token totals and the count of rejected generations
+
+# The reasons a generation is dropped with (``run.note_dropped``), after its repair request failed too.
+DROP_REASONS = {
+    "request_failed": "the request still failed after its retries",
+    "no_answer": "no answer came back",
+    "no_edit_block": "the answer held no SEARCH/REPLACE block and no ```python module",
+    "edit_not_applied": "a SEARCH text was not found in the kernel (or was empty)",
+    "syntax_error": "the resulting module does not parse",
+    "no_modelnew": "the resulting module defines no class ModelNew",
+    "no_change": "the edit left the kernel exactly as it was",
+    "cut_off": "the answer was cut off by the token limit and could not be used",
+    "no_kernel_to_edit": "SEARCH/REPLACE blocks were sent where a whole first module was asked for",
+}
 
 _state_lock = threading.Lock()
 
@@ -36,6 +49,7 @@ class Reading:
     source: str | None = None
     summary: str = ""
     kind: str = ""
+    label: str = ""  # why it cannot be used: a key of DROP_REASONS
     placement: list[str] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
     hints: list[str] = field(default_factory=list)
@@ -47,10 +61,12 @@ def read_answer(text: str, parent_source: str | None, fixing: bool) -> Reading:
     reading = Reading()
     if parsed.edits:
         if parent_source is None:
+            reading.label = "no_kernel_to_edit"
             reading.failures.append("there is no kernel to edit yet: send the complete module")
             return reading
         outcome = apply_edits(parent_source, parsed.edits)
         if not outcome.ok:
+            reading.label = "edit_not_applied"
             reading.failures += outcome.failures
             for number in outcome.unmatched:
                 edit = parsed.edits[number]
@@ -67,6 +83,7 @@ def read_answer(text: str, parent_source: str | None, fixing: bool) -> Reading:
         reading.kind = "llm-fix" if fixing else "llm-rewrite"
         reading.summary = parsed.explanation or "full rewrite"
     else:
+        reading.label = "no_edit_block"
         reading.failures.append(
             "it holds no SEARCH/REPLACE block and no ```python block defining class ModelNew"
         )
@@ -77,12 +94,14 @@ def read_answer(text: str, parent_source: str | None, fixing: bool) -> Reading:
     try:
         check_candidate_source(source)
     except CandidateError as exc:
+        reading.label = "no_modelnew" if "defines no class ModelNew" in str(exc) else "syntax_error"
         message = str(exc).replace("candidate <candidate>", "the resulting module")
         reading.failures.append(message.replace("<candidate>", "the resulting module"))
         reading.failures += parsed.problems
         reading.source = None
         return reading
     if parent_source is not None and source_id(source) == source_id(parent_source):
+        reading.label = "no_change"
         reading.failures.append("the change leaves the kernel exactly as it was")
         reading.source = None
         return reading
@@ -117,12 +136,21 @@ class Generation:
         parent_source = self.parent.candidate.source if self.parent is not None else None
         self.reading = read_answer(result.text, parent_source, self.fixing)
         if self.reading.failures and result.finish_reason == "length":
+            self.reading.label = "cut_off"
             self.reading.failures.append("the answer was cut off by the token limit; keep it shorter")
         return result.text
 
     @property
     def usable(self) -> bool:
         return self.reading is not None and self.reading.source is not None
+
+    def label(self) -> str:
+        """Why this generation is unusable, as a key of :data:`DROP_REASONS`."""
+        if self.error:
+            return "request_failed"
+        if self.reading is None:
+            return "no_answer"
+        return self.reading.label or "no_edit_block"
 
     def reason(self) -> str:
         if self.error:
@@ -151,7 +179,9 @@ def run_generations(generator: Generator, generations: list[Generation]) -> None
         generation.take(result)
 
 
-def _record_usage(state: dict[str, Any], generations: list[Generation]) -> None:
+def _record_usage(run: Any, generations: list[Generation]) -> None:
+    """Add the step's tokens to the run's totals; every unusable generation is noted as dropped."""
+    state = run.state(STATE)
     with _state_lock:
         for g in generations:
             state["prompt_tokens"] = state.get("prompt_tokens", 0) + g.prompt_tokens
@@ -159,9 +189,10 @@ def _record_usage(state: dict[str, Any], generations: list[Generation]) -> None:
             state["requests"] = state.get("requests", 0) + g.requests
             if not g.usable:
                 state["rejected"] = state.get("rejected", 0) + 1
-                pending = state.setdefault("pending_rejections", [])
-                pending.append(g.reason())
-                del pending[:-MAX_KEPT_REJECTIONS]
+    for g in generations:
+        if not g.usable:
+            parent = f"from {g.parent.candidate.id}: " if g.parent is not None else ""
+            run.note_dropped(g.label(), parent + g.reason())
 
 
 def propose(run: Any, selection: Selection, generator: Generator, proposer: str) -> list[Proposal]:
@@ -180,12 +211,18 @@ def propose(run: Any, selection: Selection, generator: Generator, proposer: str)
         fixing = selection.mode == "fix" or not parent.verdict.accepted
         generations.append(Generation(parent, messages, fixing))
     run_generations(generator, generations)
-    _record_usage(run.state(STATE), generations)
+    _record_usage(run, generations)
 
     proposals = []
     for g in generations:
         if not g.usable:
-            log.info("%s proposal from %s rejected: %s", proposer, g.parent.candidate.id, g.reason())
+            log.info(
+                "%s proposal from %s rejected (%s): %s",
+                proposer,
+                g.parent.candidate.id,
+                g.label(),
+                g.reason(),
+            )
             continue
         assert g.reading is not None and g.reading.source is not None and g.parent is not None
         proposals.append(

@@ -59,6 +59,11 @@ that keeps going the way the parent's own edit went, when that edit gained, is f
 ``BLOCK_M`` 32 -> 64 paid, tile edits that grow are favoured; going straight back is never proposed, as
 that source was already evaluated).
 
+Dropped generations: a plan (a parent to edit) that yields no edit is noted with ``run.note_dropped``:
+``no_edit`` when the parent offers nothing to tune (no tunable literal, or not Python), ``all_edits_tried``
+when every edit of it was already evaluated in the run, and ``edit_did_not_parse`` for an edit whose result
+did not re-parse (another edit is tried in its place).
+
 Each proposal's ``meta`` holds ``mode`` (``"improve"`` or ``"fix"``), ``detail`` (the tunable, its old and
 new value, the direction) and, for a fix made from an ancestor, ``instead_of`` (the broken candidate's id).
 
@@ -76,6 +81,7 @@ from __future__ import annotations
 import ast
 import logging
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -125,6 +131,7 @@ def propose(run: Any, selection: Selection) -> list[Proposal]:
     taken = _evaluated_keys(run)
     pending: Counter[str] = Counter()
     edits_by_parent: dict[str, list[Edit]] = {}
+    listed: dict[str, int] = {}  # how many edits each parent offered before any was taken
     proposals: list[Proposal] = []
     exhausted: set[int] = set()
     turn = 0
@@ -134,7 +141,9 @@ def propose(run: Any, selection: Selection) -> list[Proposal]:
         if index in exhausted:
             continue
         plan = plans[index]
-        edit = _pick_edit(plan, edits_by_parent, taken, bandit, pending, run.rng, skipped_kinds)
+        edit = _pick_edit(
+            plan, edits_by_parent, taken, bandit, pending, run.rng, skipped_kinds, run.note_dropped, listed
+        )
         if edit is None:
             exhausted.add(index)
             continue
@@ -254,8 +263,16 @@ def _pick_edit(
     pending: Counter[str],
     rng: Any,
     skipped_kinds: frozenset[str] = frozenset(),
+    note_dropped: Callable[[str, str], None] | None = None,
+    listed: dict[str, int] | None = None,
 ) -> Edit | None:
-    """Bandit-chosen kind, random edit within it; edits whose result was already evaluated are dropped."""
+    """Bandit-chosen kind, random edit within it; edits whose result was already evaluated are dropped.
+
+    When no edit is left, ``note_dropped(reason, detail)`` (``run.note_dropped``) says why: ``no_edit`` or
+    ``all_edits_tried`` (``listed`` remembers how many edits each parent offered at first).
+    """
+    note = note_dropped or (lambda reason, detail: None)
+    listed = {} if listed is None else listed
     parent_id = plan.parent.candidate.id
     if parent_id not in edits_by_parent:
         try:
@@ -266,6 +283,7 @@ def _pick_edit(
         except Exception as exc:  # noqa: BLE001 -- one odd candidate must not stop a run
             log.warning("mutate: could not list edits of %s: %r", parent_id, exc)
             edits_by_parent[parent_id] = []
+        listed[parent_id] = len(edits_by_parent[parent_id])
     remaining = edits_by_parent[parent_id]
     while remaining:
         pool = [e for e in remaining if e.safer] if plan.safer else remaining
@@ -280,9 +298,14 @@ def _pick_edit(
             fresh = not (_keys(edit.source) & taken)
         except EditRenderError:
             log.warning("mutate: skipped an edit that did not re-parse: %s", edit.description)
+            note("edit_did_not_parse", f"{edit.description} on {parent_id}")
             continue
         if fresh:
             return edit
+    if listed.get(parent_id, 1):  # a list handed in ready-made counts as offered
+        note("all_edits_tried", f"every edit of {parent_id} was already evaluated or proposed")
+    else:
+        note("no_edit", f"{parent_id} offers nothing to tune (no tunable literal, or not Python)")
     return None
 
 

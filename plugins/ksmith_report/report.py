@@ -3,9 +3,10 @@
 ``ksmith report RUN`` writes it. Everything is inline -- CSS, and SVG charts drawn here -- so the file opens
 offline, attaches to an issue, and never fetches anything. It shows the best speedup over evaluations (and
 over cumulative evaluation time), the lineage of the best candidate edit by edit, the sections installed
-plugins add through ``ksmith_report_sections`` (the MAP-Elites archive map), failures by status, and the best
-kernel's source with its diff from the seed. A run where nothing was accepted, or whose timings come from the Triton
-interpreter on a CPU, says so at the top.
+plugins add through ``ksmith_report_sections`` (the MAP-Elites archive map), failures by status, the generations
+dropped before evaluation by reason, and the best kernel's source with its diff from the seed. Why the run
+stopped is said in those terms. A run where nothing was accepted, or nothing beat the seed, or whose timings
+come from the Triton interpreter on a CPU, says so at the top, with where to look.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Any
 
 from ksmith_core.model import Candidate, ReportSection, Verdict
 from ksmith_core.plugins import get_plugin_manager
-from ksmith_core.store import RunStore
+from ksmith_core.store import RunStore, drop_words
 
 REPORT_NAME = "report.html"
 
@@ -148,6 +149,7 @@ def _render(facts: _Facts) -> str:
         _section_lineage(facts),
         *(f"<h2>{_e(section.title)}</h2>\n{section.html}" for section in facts.plugin_sections),
         _section_failures(facts),
+        _section_dropped(facts),
         _section_source(facts),
         "</body></html>",
     ]
@@ -160,7 +162,7 @@ def _section_overview(facts: _Facts) -> str:
         ("problem", summary.get("problem")),
         ("proposer", summary.get("proposer")),
         ("evaluations", f"{summary.get('evaluations')} of a budget of {summary.get('budget')}"),
-        ("stop reason", summary.get("stop_reason") or "not finished (still running or killed)"),
+        ("stop reason", summary.get("stop_explanation") or "not finished (still running or killed)"),
         ("islands", config.get("islands")),
         ("device", _device_text(facts)),
         ("evaluation time", _duration(summary.get("eval_seconds") or 0.0)),
@@ -199,6 +201,10 @@ def _section_overview(facts: _Facts) -> str:
                 + _speed_drift(verdict.speedup, facts.revalidation.get("speedup"))
                 + "</div>"
             )
+    looks = summary.get("where_to_look") or []
+    if looks:
+        items = "".join(f"<li>{_e(line)}</li>" for line in looks)
+        banners.append(f'<div class="banner warn"><b>Where to look.</b><ul>{items}</ul></div>')
     table = _table(("", ""), rows, css="kv")
     return "<h2>Overview</h2>" + "".join(banners) + table
 
@@ -418,6 +424,25 @@ def _section_failures(facts: _Facts) -> str:
     text = f"<p>{failed} of {total} evaluations failed.</p>"
     table = _table(("status", "count", "latest example"), examples) if examples else ""
     return head + text + "\n".join(bars) + table
+
+
+# -- dropped ---------------------------------------------------------------------------------------------------
+
+
+def _section_dropped(facts: _Facts) -> str:
+    head = "<h2>Dropped before evaluation</h2>"
+    dropped = facts.summary.get("dropped") or {}
+    by_reason = dropped.get("by_reason") or {}
+    if not by_reason:
+        return head + "<p>Every generation reached evaluation: nothing was dropped.</p>"
+    latest = dropped.get("latest") or {}
+    rows = [(drop_words(reason), reason, str(n), latest.get(reason, "")) for reason, n in by_reason.items()]
+    text = (
+        f"<p>{dropped.get('total', sum(by_reason.values()))} generations never reached the evaluator: the "
+        "proposer could not use them, or the engine dropped them as duplicates. Each is a "
+        "<code>dropped</code> event in the run store.</p>"
+    )
+    return head + text + _table(("reason", "label", "count", "latest detail"), rows)
 
 
 # -- source ----------------------------------------------------------------------------------------------------

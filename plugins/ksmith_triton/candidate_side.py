@@ -16,6 +16,7 @@ only ``child_common`` with it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import resource
@@ -28,9 +29,11 @@ from ksmith_triton.child_common import (
     MAX_ERROR_CHARS,
     Channel,
     OutputError,
+    ProblemStepError,
     flatten_outputs,
     format_error,
     load_problem_module,
+    make_init_inputs,
     make_inputs,
     make_model,
     read_command,
@@ -132,9 +135,8 @@ def run_candidate(channel: Channel, job: dict[str, Any]) -> int:
             prepared = prepare_candidate_run(job)
             STEPS["prepared"] = time.monotonic()
         except Exception as exc:  # noqa: BLE001 - the problem (or ksmith) failed before any candidate code ran
-            channel.send(
-                "error", status="setup_error", reason=f"{type(exc).__name__}: {exc}", error=format_error(exc)
-            )
+            reason = str(exc) if isinstance(exc, ProblemStepError) else f"{type(exc).__name__}: {exc}"
+            channel.send("error", status="setup_error", reason=reason, error=format_error(exc))
             return 0
         return run_trials_and_timing(channel, job, *prepared, hold=hold)
 
@@ -157,9 +159,17 @@ def prepare_candidate_run(job: dict[str, Any]) -> tuple[Any, ...]:
     problem = load_problem_module(job["problem_source"], job.get("small_sizes"))
     # Never handed to the candidate: each trial's inputs are copied into the same staging tensors, so these
     # stay pristine for the mutation check, and a result cache keyed on addresses replays a stale answer.
-    trial_inputs = [make_inputs(problem, seed, device) for seed in job["trial_seeds"]]
-    timing_inputs = [make_inputs(problem, seed, device) for seed in job.get("timing_seeds", [])]
-    input_bytes = tensor_bytes(trial_inputs[0]) if trial_inputs else 0
+    # Made now, before the candidate loads, when they fit in a quarter of the free memory; otherwise one
+    # trial at a time (same seeds, same checks), so a problem whose inputs fill the GPU can still be judged.
+    with resource_limits(device, "generating the inputs"):
+        first = make_inputs(problem, job["trial_seeds"][0], device)
+        input_bytes = tensor_bytes(first)
+        budget = free_device_bytes(device) // 4
+        trial_inputs = InputSets(problem, job["trial_seeds"], device, first, input_bytes, budget)
+        keep = max(1, min(len(job.get("timing_seeds", [])), budget // max(1, input_bytes) - 1))
+        timing_inputs = [make_inputs(problem, seed, device) for seed in job.get("timing_seeds", [])[:keep]]
+        # The problem's own code, run before any of the candidate's: a failure here is the problem's.
+        job["init_inputs"] = make_init_inputs(problem, job["init_seed"], device)
 
     guards = Guards(frozenset(job.get("allowed_ops", [])), device)
     timers = capture_timers(guards, device)
@@ -167,6 +177,82 @@ def prepare_candidate_run(job: dict[str, Any]) -> tuple[Any, ...]:
     guards.install()
     del job["problem_source"]
     return problem, trial_inputs, timing_inputs, input_bytes, guards, timers
+
+
+class InputSets:
+    """The trials' inputs by index: all made up front when they fit in ``budget`` bytes, else each made when
+    it is asked for (from the same seed) and dropped by the caller after its trial."""
+
+    def __init__(
+        self, problem: Any, seeds: list[int], device: str, first: list[Any], input_bytes: int, budget: int
+    ) -> None:
+        self.problem, self.seeds, self.device = problem, list(seeds), device
+        self.kept: list[list[Any]] | None = None
+        if input_bytes * len(self.seeds) <= budget:
+            self.kept = [first] + [make_inputs(problem, seed, device) for seed in self.seeds[1:]]
+        self.first = first
+
+    def __len__(self) -> int:
+        return len(self.seeds)
+
+    def __getitem__(self, index: int) -> list[Any]:
+        if self.kept is not None:
+            return self.kept[index]
+        if index == 0 and self.first is not None:
+            return self.first
+        return make_inputs(self.problem, self.seeds[index], self.device)
+
+    def __iter__(self):
+        for index in range(len(self.seeds)):
+            inputs = self[index]
+            if self.kept is None and index == 0:
+                self.first = None  # made again only if asked again: one set alive at a time
+            yield inputs
+
+
+def free_device_bytes(device: str) -> int:
+    """Free memory on the worker's GPU (CPU: the available RAM)."""
+    if device == "cuda":
+        import torch
+
+        return int(torch.cuda.mem_get_info()[0])
+    try:
+        return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError):
+        return 1 << 40
+
+
+@contextlib.contextmanager
+def resource_limits(device: str, doing: str):
+    """An out-of-memory error while the harness prepares is a problem too large for this device, said in one
+    line with the sizes (``RESOURCE``); it is neither the candidate's fault nor a crash."""
+    try:
+        yield
+    except Exception as exc:
+        cause = exc.__cause__ if isinstance(exc, ProblemStepError) and exc.__cause__ else exc
+        if not is_out_of_memory(cause):
+            raise
+        raise ProblemStepError(
+            f"RESOURCE: {doing} needs more memory than the {device} has ({out_of_memory_detail(cause, device)})"
+        ) from exc
+
+
+def out_of_memory_detail(exc: BaseException, device: str) -> str:
+    """What was asked for and what is free, from torch's message and the device."""
+    import re
+
+    text = str(exc)
+    asked = re.search(r"[Tt]ried to allocate ([0-9.]+ [KMGT]i?B)", text)
+    parts = [f"asked for {asked.group(1)}"] if asked else []
+    if device == "cuda":
+        try:
+            import torch
+
+            free, total = torch.cuda.mem_get_info()
+            parts.append(f"{free / 2**30:.1f} GiB free of {total / 2**30:.1f} GiB")
+        except Exception:  # noqa: BLE001 - a device too broken to say is still out of memory
+            pass
+    return ", ".join(parts) or "no size given"
 
 
 def capture_harness(guards: Any) -> None:
@@ -253,7 +339,7 @@ def run_trials_and_timing(
         return 0
 
     try:
-        model = make_model(model_class, problem, job["init_seed"], device)
+        model = make_model(model_class, problem, job["init_seed"], device, job.pop("init_inputs"))
     except BaseException as exc:  # noqa: BLE001
         return report_forward_error(channel, guards, exc, "constructing ModelNew")
     STEPS["imported"] = time.monotonic()
@@ -322,7 +408,7 @@ def run_trials_and_timing(
                 "mutated_inputs": mutated,
             }
         )
-        del out, tensors
+        del out, tensors, pristine  # made per trial when memory is short: one set alive at a time
     changed = guards.tampered()
     if changed:
         channel.send(
@@ -427,10 +513,13 @@ class TimedCallCheck:
 
 def poison_allocator(input_bytes: int) -> None:
     """Fill what the caching allocator will hand out next with NaN bytes, so an output the candidate never
-    writes reads NaN instead of whatever happened to be there."""
+    writes reads NaN instead of whatever happened to be there. Sized to the inputs, and to at most half of
+    what is free: a problem that nearly fills the GPU is still judged."""
     import torch
 
-    big = torch.empty(max(POISON_MIN_BYTES, 2 * input_bytes), dtype=torch.uint8, device="cuda").fill_(0xFF)
+    free = int(torch.cuda.mem_get_info()[0])
+    size = max(1, min(max(POISON_MIN_BYTES, 2 * input_bytes), free // 2))
+    big = torch.empty(size, dtype=torch.uint8, device="cuda").fill_(0xFF)
     small = [torch.empty(512 * 1024, dtype=torch.uint8, device="cuda").fill_(0xFF) for _ in range(16)]
     del big, small
 
@@ -593,13 +682,12 @@ def report_forward_error(channel: Channel, guards: Any, exc: BaseException, wher
             error=launch_error[-MAX_ERROR_CHARS:],
         )
         return 0
-    code = "OUT_OF_MEMORY" if is_out_of_memory(exc) else "RUNTIME_ERROR"
-    channel.send(
-        "error",
-        status="runtime_error",
-        reason=f"{code}: {type(exc).__name__} in {where}: {str(exc)[:300]}",
-        error=format_error(exc),
-    )
+    if is_out_of_memory(exc):
+        device = "cuda" if "cuda" in str(exc).lower() else "cpu"
+        reason = f"OUT_OF_MEMORY: in {where} ({out_of_memory_detail(exc, device)}): {str(exc)[:200]}"
+    else:
+        reason = f"RUNTIME_ERROR: {type(exc).__name__} in {where}: {str(exc)[:300]}"
+    channel.send("error", status="runtime_error", reason=reason, error=format_error(exc))
     return 0
 
 

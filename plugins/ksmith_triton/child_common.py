@@ -12,12 +12,13 @@ A candidate's own prints go to stdout/stderr, which the parent pointed at files.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
 import traceback
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 MAX_ERROR_CHARS = 6000
@@ -88,10 +89,31 @@ def serve_job(
 # ---------------------------------------------------------------------------------------------------------------
 
 
+class ProblemStepError(Exception):
+    """The problem's own code failed: its module, ``get_inputs()``, ``get_init_inputs()`` or ``Model()``.
+
+    The message is one line naming which and what it raised; the user's problem is at fault, never the
+    candidate."""
+
+
+@contextlib.contextmanager
+def problem_step(what: str) -> Iterator[None]:
+    try:
+        yield
+    except ProblemStepError:
+        raise
+    except BaseException as exc:  # noqa: BLE001 - any failure of the problem's code is reported as such
+        if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+            raise
+        message = (str(exc).strip().splitlines() or [""])[0][:300]
+        raise ProblemStepError(f"{what} raised {type(exc).__name__}: {message}".rstrip(": ")) from exc
+
+
 def load_problem_module(source: str, small_sizes: dict[str, Any] | None) -> types.ModuleType:
     module = types.ModuleType("ksmith_problem")
     module.__file__ = "<problem>"
-    exec(compile(source, "<problem>", "exec"), module.__dict__)
+    with problem_step("the problem module"):
+        exec(compile(source, "<problem>", "exec"), module.__dict__)
     for name, value in (small_sizes or {}).items():
         setattr(module, name, value)
     return module
@@ -109,26 +131,47 @@ def make_inputs(problem: types.ModuleType, seed: int, device: str) -> list[Any]:
     torch.manual_seed(seed)
     # Made on the device itself: both processes draw them the same way from the same seed, and generating
     # hundreds of MB on the CPU first would dominate a GPU evaluation.
-    with torch.device(device):
+    with torch.device(device), problem_step("get_inputs()"):
         values = list(problem.get_inputs())
     return to_device(values, device)
 
 
-def make_model(model_class: Any, problem: types.ModuleType, init_seed: int, device: str) -> Any:
-    """KernelBench's convention: the same seed before ``get_init_inputs`` and before construction."""
+def make_init_inputs(problem: types.ModuleType, init_seed: int, device: str) -> list[Any]:
+    """``get_init_inputs()`` under the construction seed (KernelBench's convention)."""
     import torch
 
     torch.manual_seed(init_seed)
-    with torch.device(device):
-        init_inputs = to_device(
-            list(problem.get_init_inputs()) if hasattr(problem, "get_init_inputs") else [], device
-        )
+    with torch.device(device), problem_step("get_init_inputs()"):
+        found = list(problem.get_init_inputs()) if hasattr(problem, "get_init_inputs") else []
+    return to_device(found, device)
+
+
+def make_model(
+    model_class: Any,
+    problem: types.ModuleType,
+    init_seed: int,
+    device: str,
+    init_inputs: list[Any] | None = None,
+) -> Any:
+    """KernelBench's convention: the same seed before ``get_init_inputs`` and before construction. The
+    problem's own ``Model`` failing to build is the problem's error (:class:`ProblemStepError`); a candidate's
+    class failing is the candidate's, raised as it is."""
+    import torch
+
+    if init_inputs is None:
+        init_inputs = make_init_inputs(problem, init_seed, device)
     torch.manual_seed(init_seed)
-    with torch.no_grad(), torch.device(device):
+    building = problem_step("Model()") if model_class is getattr(problem, "Model", None) else _nothing()
+    with torch.no_grad(), torch.device(device), building:
         model = model_class(*init_inputs)
-    if isinstance(model, torch.nn.Module):
-        model = model.to(device)
+        if isinstance(model, torch.nn.Module):
+            model = model.to(device)
     return model
+
+
+@contextlib.contextmanager
+def _nothing() -> Iterator[None]:
+    yield
 
 
 class OutputError(Exception):

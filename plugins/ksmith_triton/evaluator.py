@@ -22,6 +22,7 @@ concurrent evaluations overlap with each other but never with a timed loop (``lo
 from __future__ import annotations
 
 import atexit
+import logging
 import os
 import secrets
 import threading
@@ -57,6 +58,8 @@ from ksmith_triton.pool import POOL, discard
 from ksmith_triton.refcache import ReferenceCache
 from ksmith_triton.roofline import roofline_bound, roofline_fraction
 from ksmith_triton.sandbox import Child, ChildExit, private_dir, remove_tree
+
+log = logging.getLogger(__name__)
 
 SUSPICIOUS_SPEEDUP = 10.0
 TIMING_SETS = {"cuda": 3, "cpu": 2}
@@ -115,6 +118,9 @@ class ReferenceWorker:
                 self._spawn()
 
     def _fail(self, result: dict[str, Any] | ChildExit, what: str) -> None:
+        if isinstance(result, dict) and result.get("problem_step"):
+            log.debug("reference process of %s: %s", self.problem.name, result.get("error", ""))
+            raise ProblemError(f"problem {self.problem.name}: {result.get('reason')}")
         detail = (
             result.describe()
             if isinstance(result, ChildExit)
@@ -445,10 +451,8 @@ class Evaluation:
 
     def from_error(self, message: dict[str, Any]) -> Verdict:
         if message.get("status") == "setup_error":
-            raise ProblemError(
-                f"problem {self.problem.name} could not be set up for evaluation: {message.get('reason')}\n"
-                f"{str(message.get('error', ''))[-1500:]}".strip()
-            )
+            log.debug("setting up %s failed: %s", self.problem.name, message.get("error", ""))
+            raise ProblemError(f"problem {self.problem.name}: {message.get('reason')}")
         reasons = list(message.get("reasons") or [message.get("reason") or "RUNTIME_ERROR: unknown failure"])
         if message.get("error"):
             self.error = str(message["error"])

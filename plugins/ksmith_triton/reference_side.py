@@ -18,6 +18,7 @@ from typing import Any
 
 from ksmith_triton.child_common import (
     Channel,
+    ProblemStepError,
     flatten_outputs,
     format_error,
     load_problem_module,
@@ -40,7 +41,10 @@ def run_reference(channel: Channel, job: dict[str, Any]) -> int:
     import torch
 
     device = job["device"]
-    problem = load_problem_module(job["problem_source"], job.get("small_sizes"))
+    try:
+        problem = load_problem_module(job["problem_source"], job.get("small_sizes"))
+    except ProblemStepError as exc:  # answered to every request, so the parent hears it once it asks
+        return answer_with(channel, str(exc))
     if device == "cuda":
         torch.cuda.init()
     handlers = {
@@ -58,11 +62,22 @@ def run_reference(channel: Channel, job: dict[str, Any]) -> int:
             return 0
         try:
             channel.send(op, **handlers[op](problem, device, command))
+        except ProblemStepError as exc:  # the problem's own code failed: the user's to fix
+            channel.send("error", reason=str(exc), problem_step=True, error=format_error(exc))
         except BaseException as exc:  # noqa: BLE001 - reported to the parent, which decides
             channel.send("error", reason=f"{type(exc).__name__}: {exc}", error=format_error(exc))
         if device == "cuda":
             # Many of these processes live side by side (one per problem): none keeps its peak's cache.
             torch.cuda.empty_cache()
+
+
+def answer_with(channel: Channel, reason: str) -> int:
+    """A reference process whose problem cannot even be built: every request gets this one error."""
+    while True:
+        command = read_command()
+        if command.get("op") in (None, "exit"):
+            return 0
+        channel.send("error", reason=reason, problem_step=True)
 
 
 def reference_info(problem: types.ModuleType, device: str, command: dict[str, Any]) -> dict[str, Any]:

@@ -188,3 +188,44 @@ def test_bench_table_on_the_terminal_names_each_bound_and_its_headroom(capsys):
     out = " ".join(capsys.readouterr().out.split())  # rich wraps long lines at the terminal's width
     assert "memory-bound (1): geomean 0.900x vs compile; kernels at the roofline would reach 2.00x" in out
     assert "compute-bound (1)" in out and "slower than torch.compile: a, c" in out
+
+
+def test_seed_from_seeds_problems_without_a_kernel_keeps_the_seeds_and_reuses_them(toy_plugin, tmp_path):
+    from ksmith_core import SeedMethod, hookimpl
+    from ksmith_core.errors import ProposerError
+    from ksmith_core.model import EvalOptions, Proposal
+    from ksmith_core.plugins import get_plugin_manager
+
+    asked = []
+
+    def seed(problem, options):
+        asked.append(problem.name)
+        if problem.name == "unseedable":
+            raise ProposerError("this method cannot write a kernel for unseedable")
+        return Proposal(source=SEED.replace("SPEED = 1.0", "SPEED = 1.5"), edit="seeded", proposer="toy-seed")
+
+    class Seeder:
+        @hookimpl
+        def ksmith_register_seed_methods(self, register):
+            register(SeedMethod("toy-seed", seed))
+
+    pm = get_plugin_manager()
+    pm.register(Seeder(), name="toy-seeder")
+    try:
+        suite = make_suite(tmp_path / "suite", {"shipped": 2.0, "bare": None, "unseedable": None})
+        config = RunConfig(eval=EvalOptions(device="cpu"))
+        paths = collect_problems([suite])
+        out = tmp_path / "out"
+        rows = {r["problem"]: r for r in Bench(out, config, False, seed_from="toy-seed").run(paths)["rows"]}
+        assert rows["shipped"]["speedup"] == 2.0  # its own seed: never re-seeded
+        assert rows["bare"]["status"] == "ok" and rows["bare"]["speedup"] == 1.5
+        assert rows["unseedable"]["status"] == "no_seed"
+        assert "cannot write a kernel for unseedable" in rows["unseedable"]["reasons"][0]
+        assert (out / "seeds" / "bare.seed.py").is_file() and sorted(asked) == ["bare", "unseedable"]
+
+        asked.clear()
+        again = Bench(out, config, False, seed_from="toy-seed").run(paths)
+        assert asked == ["unseedable"]  # the stored seed was reused; the failed one is tried again
+        assert again["summary"]["not_evaluated"] == {"no_seed": 1}
+    finally:
+        pm.unregister(name="toy-seeder")

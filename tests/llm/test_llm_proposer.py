@@ -85,10 +85,13 @@ def test_a_second_failure_drops_the_generation_with_its_reason(tmp_path, scripte
     assert len(proposals) == 1
     state = run.state("llm")
     assert state["requests"] == 3 and state["prompt_tokens"] == 300 and state["rejected"] == 1
-    assert "no SEARCH/REPLACE block" in state["pending_rejections"][0]
+    assert run.dropped_counts() == {"no_edit_block": 1}
+    [dropped] = run.take_dropped()  # what the engine stores as a `dropped` event at the end of the step
+    assert dropped["reason"] == "no_edit_block" and "no SEARCH/REPLACE block" in dropped["detail"]
+    assert dropped["detail"].startswith(f"from {selection.parents[0].candidate.id}: ")
     assert len(scripted_server.requests) == 3  # one repair, never two
 
-    # The next archived LLM candidate carries the run's totals and the rejection into the store's events.
+    # The next archived LLM candidate carries the run's totals into the store's events.
     from ksmith_core.model import Candidate
 
     candidate = Candidate.from_proposal(proposals[0])
@@ -98,8 +101,6 @@ def test_a_second_failure_drops_the_generation_with_its_reason(tmp_path, scripte
                                                                           verdict=verdict) for r in rs or []]  # fmt: skip
     usage = [r for r in records if r["kind"] == "llm_usage"]
     assert usage and usage[0]["run_requests"] == 3 and usage[0]["run_rejected"] == 1
-    assert "no SEARCH/REPLACE block" in usage[0]["rejections"][0]
-    assert run.state("llm")["pending_rejections"] == []
 
 
 def test_transient_server_errors_are_retried(tmp_path, scripted_server):
@@ -114,7 +115,8 @@ def test_persistent_server_errors_cost_the_generation_not_the_run(tmp_path, scri
     scripted_server.script = [500, 500, 500, GOOD]
     run, selection = _started_run(tmp_path, scripted_server.url)
     assert _propose(run, selection) == []
-    assert "the request failed" in run.state("llm")["pending_rejections"][0]
+    [dropped] = run.take_dropped()
+    assert dropped["reason"] == "request_failed" and "the request failed" in dropped["detail"]
     assert len(scripted_server.requests) == 3  # the first try and two retries
 
 

@@ -16,7 +16,7 @@ from ksmith_core.loading import check_candidate_source, load_problem
 from ksmith_core.model import Candidate, Selection, Status, Verdict
 from ksmith_core.registry import lookup, registry
 from ksmith_llm.backends import ServerGenerator, Settings
-from ksmith_llm.proposer import read_answer
+from ksmith_llm.proposer import DROP_REASONS, read_answer
 
 # Short answers keep a step to seconds on two CPU cores; the answers are judged, not admired.
 OPTIONS = {"max_tokens": 200, "temperature": 0.7, "concurrency": 2, "timeout": 120, "retries": 1}
@@ -57,8 +57,9 @@ def test_proposals_from_a_real_model_are_valid_or_rejected_with_reasons(tmp_path
     assert 2 <= state["requests"] <= 4  # two generations, each with at most one repair
     assert state["prompt_tokens"] > 500 and state["completion_tokens"] > 0
     assert len(proposals) + state.get("rejected", 0) == 2
-    for reason in state.get("pending_rejections", []):
-        assert reason.strip()
+    assert sum(run.dropped_counts().values()) == state.get("rejected", 0)
+    for dropped in run.take_dropped():
+        assert dropped["reason"] in DROP_REASONS and dropped["detail"].strip()
     for proposal in proposals:
         check_candidate_source(proposal.source)
         assert Candidate.from_proposal(proposal).id != seed.id
@@ -109,9 +110,13 @@ def test_engine_with_a_real_model_and_triton_records_every_step(tmp_path, smollm
     with RunStore.open(run_dir) as store:
         evaluated = list(store.evaluations())
         usage = store.events("llm_usage")
+        dropped = store.dropped()
     made_by_llm = [(c, v) for _, c, v in evaluated if c.proposer == "llm"]
     # Every step either produced a candidate the evaluator judged, or a rejection the proposer counted.
     assert made_by_llm or state.get("rejected", 0) > 0
+    # Every rejection is in the run store with its reason.
+    rejected = sum(n for reason, n in dropped["by_reason"].items() if reason in DROP_REASONS)
+    assert rejected == state.get("rejected", 0)
     for candidate, verdict in made_by_llm:
         assert verdict.status in set(Status)
         assert candidate.meta["completion_tokens"] > 0

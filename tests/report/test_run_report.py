@@ -135,3 +135,38 @@ def test_report_renders_in_headless_chromium(make_run, source, tmp_path):
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     assert len(data) > 40_000  # a blank page of this size compresses to a few kilobytes
     Path(sr.run.store.path / "report.png").write_bytes(data)  # kept beside the run for a human to look at
+
+
+def test_report_says_why_the_run_stopped_and_where_to_look(make_run, source):
+    sr = make_run("barren", islands=1)
+    seed = sr.seed(source(), ok_verdict(1.0))
+    sr.run.store.set_meta("seed_id", seed.id)
+    sr.child(seed, source(block=2048), ok_verdict(0.8))
+    # What the engine does at the end of each step: the proposer's and its own drops, one transaction.
+    sr.run.note_dropped("no_edit_block", "from abc: it holds no SEARCH/REPLACE block <none>")
+    sr.run.note_dropped("no_edit_block", "from abc: it holds no SEARCH/REPLACE block either")
+    sr.run.note_dropped("duplicate", "def was proposed earlier in the run")
+    sr.run.store.record_dropped([{**d, "by": "proposer", "proposer": "llm"} for d in sr.run.take_dropped()])
+    sr.run.store.record_event(
+        "run_end", {"reason": "exhausted", "detail": "no new candidate in 8 steps in a row", "evaluations": 2}
+    )
+    page = write_report(sr.run.store.path).read_text(encoding="utf-8")
+    assert (
+        "stopped: exhausted (no new candidate in 8 steps in a row) -- 3 dropped: 2 no edit block, 1 duplicate"
+        in page
+    )
+    assert "Where to look." in page
+    assert "no candidate beat the seed (1 evaluated after it: all were slower)" in page
+    assert "3 generations never reached evaluation" in page
+    dropped = page[page.index("Dropped before evaluation") : page.index("Best kernel")]
+    assert "<td>no edit block</td><td>no_edit_block</td><td>2</td>" in dropped
+    assert "from abc: it holds no SEARCH/REPLACE block either" in dropped  # the latest detail
+    assert "&lt;none&gt;" not in dropped and "<none>" not in page  # only the latest, escaped
+
+
+def test_a_run_that_found_a_faster_kernel_has_nothing_dropped_to_explain(make_run, source):
+    sr, _, _ = _finished_run(make_run, source)
+    page = write_report(sr.run.store.path).read_text(encoding="utf-8")
+    assert "Every generation reached evaluation: nothing was dropped." in page
+    assert "Where to look." not in page
+    assert "stopped: budget" in page

@@ -243,3 +243,38 @@ def test_a_broken_problem_is_the_users_error_not_the_candidates(tmp_path, refere
     )
     with pytest.raises(ProblemError, match="no inputs today"):
         evaluate(load_problem(broken), candidate("scale_add_ok"), quick_options(reference_cache))
+
+
+def test_trial_inputs_are_made_one_at_a_time_when_they_do_not_fit():
+    from ksmith_triton.candidate_side import InputSets
+    from ksmith_triton.child_common import load_problem_module, make_inputs
+
+    module = load_problem_module((CASES / "scale_add.py").read_text(), {"batch_size": 4, "dim": 256})
+    seeds = [11, 12, 13]
+    first = make_inputs(module, seeds[0], "cpu")
+    lazy = InputSets(module, seeds, "cpu", first, input_bytes=4096, budget=0)
+    eager = InputSets(module, seeds, "cpu", first, input_bytes=4096, budget=1 << 30)
+    assert lazy.kept is None and eager.kept is not None and len(lazy) == len(eager) == 3
+    for made, kept in zip(lazy, eager):  # the same inputs from the same seeds, whichever way
+        assert torch.equal(made[0], kept[0])
+    assert lazy.first is None  # the first set was let go once its trial had it
+
+
+def test_a_problem_too_large_for_the_device_is_one_resource_line(tmp_path, reference_cache):
+    from ksmith_core.errors import ProblemError
+
+    source = (
+        (CASES / "scale_add.py")
+        .read_text()
+        .replace(
+            "def get_inputs():\n",
+            "def get_inputs():\n    raise MemoryError('CUDA out of memory. Tried to allocate 9.00 GiB')\n",
+        )
+    )
+    path = tmp_path / "too_large.py"
+    path.write_text(source)
+    with pytest.raises(ProblemError) as caught:
+        evaluate(load_problem(path), candidate("scale_add_ok"), quick_options(reference_cache))
+    message = str(caught.value)
+    assert message.startswith("problem too_large: RESOURCE: generating the inputs needs more memory")
+    assert "asked for 9.00 GiB" in message and "\n" not in message
