@@ -18,7 +18,7 @@ MAX_ERROR_LINES = 12
 
 
 def _fmt_x(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.3f}x"
+    return "n/a" if value is None else f"{value:#.3g}".rstrip(".") + "x"
 
 
 def error_excerpt(text: str, limit: int = MAX_ERROR_LINES) -> str:

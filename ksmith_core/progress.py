@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from ksmith_core.clitools import fmt_speedup
 from ksmith_core.run import Run
 from ksmith_core.store import drop_words
 
@@ -60,7 +61,7 @@ class EvolveProgress:
                 run = data["run"]
                 self.console.print(
                     f"[{run.evaluations}/{run.config.budget}] new best {data['scored'].candidate.id}: "
-                    f"{verdict.speedup or 0:.3f}x vs eager"
+                    f"{fmt_speedup(verdict.speedup)} vs eager"
                     + (" (interpreted)" if verdict.interpreted else "")
                 )
         elif kind == "step" and self.enabled and not self.live_mode and not data["new"]:
@@ -86,9 +87,9 @@ class EvolveProgress:
         best = run.best.verdict if run.best else None
         best_text = "none yet"
         if best is not None:
-            best_text = f"{best.speedup or 0:.3f}x vs eager"
+            best_text = f"{fmt_speedup(best.speedup)} vs eager"
             if best.speedup_vs_compile is not None:
-                best_text += f", {best.speedup_vs_compile:.3f}x vs torch.compile"
+                best_text += f", {fmt_speedup(best.speedup_vs_compile)} vs torch.compile"
             if best.interpreted:
                 best_text += " (interpreted CPU timings)"
         table.add_row("[bold]ksmith evolve[/]", f"{run.problem.name} ({run.config.proposer})")
