@@ -143,16 +143,20 @@ class EvalJob:
 class Executor:
     """Dispatches evaluations: where and how many at once (a local pool, a cluster).
 
-    ``run(jobs, parallel) -> list[Verdict]`` is called by the engine once per step and by ``ksmith bench``;
-    verdicts come back in the order of ``jobs``, each made by the job's backend
-    (:func:`ksmith_core.engine.evaluate` does the lookup). ``parallel`` is how many evaluations may be in
-    flight at once. The driver remains the only writer of the run store: an executor only returns verdicts.
+    ``run(jobs, parallel, options) -> list[Verdict]`` is called by the engine once per step and by
+    ``ksmith bench``; verdicts come back in the order of ``jobs``, each made by the job's backend
+    (:func:`ksmith_core.engine.evaluate` does the lookup where the job runs). ``parallel`` is how many
+    evaluations may be in flight at once; ``options`` are the run's ``executor_options`` (what
+    ``options_from_cli`` made of this executor's ``cli_options``: a cluster address, say). The driver remains
+    the only writer of the run store: an executor only returns verdicts.
     """
 
     name: str
-    run: Callable[[Sequence[EvalJob], int], list[Verdict]]
+    run: Callable[[Sequence[EvalJob], int, Mapping[str, Any]], list[Verdict]]
     description: str = ""
     default: bool = False
+    cli_options: tuple[Any, ...] = ()
+    options_from_cli: Callable[[Mapping[str, Any]], dict[str, Any]] | None = None
 
 
 @dataclass(frozen=True)

@@ -147,7 +147,7 @@ def evolve(
 ):
     """Evolve a faster kernel for PROBLEM, starting from --seed or the seed shipped with the problem."""
     from ksmith_core.capabilities import SeedMethod
-    from ksmith_core.engine import Engine, proposer_for
+    from ksmith_core.engine import Engine, executor_for, proposer_for
     from ksmith_core.loading import resolve_problem
     from ksmith_core.planning import choose_seed, resume_overrides
     from ksmith_core.progress import EvolveProgress
@@ -182,6 +182,8 @@ def evolve(
         if small is not None:
             changes["small"] = small
         proposer_options = capability_options(proposer_for(proposer), capability_values) if proposer else {}
+        if executor:
+            overrides["executor_options"] = capability_options(executor_for(executor), capability_values)
         run_path, overrides = resume_overrides(resume_run, overrides, changes, proposer_options)
         seed = None
     else:
@@ -190,7 +192,10 @@ def evolve(
         prob = resolve_problem(problem)
         options = eval_options(device, timeout, None, None, small)
         proposer_options = capability_options(proposer_for(proposer), capability_values)
-        config = RunConfig(eval=options, proposer_options=proposer_options, **overrides)
+        executor_options = capability_options(executor_for(executor), capability_values)
+        config = RunConfig(
+            eval=options, proposer_options=proposer_options, executor_options=executor_options, **overrides
+        )
         method_options = (
             capability_options(lookup(SeedMethod, seed_from), capability_values) if seed_from else {}
         )
@@ -536,7 +541,7 @@ def build() -> click.Group:
         return cli
     _built = True
 
-    from ksmith_core.capabilities import Proposer, SeedMethod
+    from ksmith_core.capabilities import Executor, Proposer, SeedMethod
     from ksmith_core.clitools import add_capability_options
     from ksmith_core.plugins import get_plugin_manager
     from ksmith_core.registry import registry
@@ -552,11 +557,11 @@ def build() -> click.Group:
                 "plugin %s could not add its commands: %s: %s", impl.plugin_name, type(exc).__name__, exc
             )
     reg = registry()
-    proposers, seed_methods = reg.all(Proposer), reg.all(SeedMethod)
-    add_capability_options(cli.commands["evolve"], [*proposers, *seed_methods])
+    proposers, seed_methods, executors = reg.all(Proposer), reg.all(SeedMethod), reg.all(Executor)
+    add_capability_options(cli.commands["evolve"], [*proposers, *seed_methods, *executors])
     add_capability_options(cli.commands["seed"], seed_methods)
     if "bench" in cli.commands:
-        add_capability_options(cli.commands["bench"], [*proposers, *seed_methods])
+        add_capability_options(cli.commands["bench"], [*proposers, *seed_methods, *executors])
     return cli
 
 

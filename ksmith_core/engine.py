@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -63,11 +63,16 @@ def executor_for(name: str | None) -> Executor:
     return found
 
 
-def evaluate_all(jobs: list[EvalJob], parallel: int = 1, executor: str | None = None) -> list[Verdict]:
+def evaluate_all(
+    jobs: list[EvalJob],
+    parallel: int = 1,
+    executor: str | None = None,
+    options: Mapping[str, Any] | None = None,
+) -> list[Verdict]:
     """Verdicts for many evaluations, in order, dispatched by the executor (``parallel`` in flight)."""
     if not jobs:
         return []
-    verdicts = executor_for(executor).run(jobs, max(1, parallel))
+    verdicts = executor_for(executor).run(jobs, max(1, parallel), dict(options or {}))
     if len(verdicts) != len(jobs):
         raise PluginError(f"executor returned {len(verdicts)} verdicts for {len(jobs)} evaluations")
     return verdicts
@@ -230,7 +235,9 @@ class Engine:
 
     def _evaluate_and_record(self, candidates: list[Candidate]) -> None:
         jobs = [EvalJob(self.run.problem, c, self.run.config.eval) for c in candidates]
-        verdicts = self.executor.run(jobs, min(self.run.config.parallel, len(jobs)))
+        verdicts = self.executor.run(
+            jobs, min(self.run.config.parallel, len(jobs)), dict(self.run.config.executor_options)
+        )
         for candidate, verdict in zip(candidates, verdicts):
             self._record(candidate, verdict)
 

@@ -24,6 +24,7 @@ class RunConfig:
     proposer: str | None = None  # a proposer name; None means the installed default (mutate)
     select: str | None = None  # a selector name; None means the installed default selector
     executor: str | None = None  # how evaluations are dispatched; None means the default ("local")
+    executor_options: dict[str, Any] = field(default_factory=dict)  # e.g. a Ray cluster address, never keys
     budget: int = 40  # total evaluations in the run, the seed included
     gpu_minutes: float | None = None  # total evaluation wall time across workers, in minutes
     patience: int | None = None  # stop after this many evaluations without a new best

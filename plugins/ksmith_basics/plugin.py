@@ -23,7 +23,9 @@ from ksmith_core.capabilities import EvalJob, Executor, Exporter, Selector
 from ksmith_core.model import Artifact, Candidate, Selection, Verdict
 
 
-def run_locally(jobs: Sequence[EvalJob], parallel: int) -> list[Verdict]:
+def run_locally(
+    jobs: Sequence[EvalJob], parallel: int, options: Mapping[str, Any] | None = None
+) -> list[Verdict]:
     from ksmith_core.engine import evaluate
 
     def one(job: EvalJob) -> Verdict:

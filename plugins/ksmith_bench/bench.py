@@ -280,7 +280,10 @@ class Bench:
         try:
             if not self.evolve:
                 (verdict,) = evaluate_all(
-                    [EvalJob(problem, start, self.config.eval)], 1, self.config.executor
+                    [EvalJob(problem, start, self.config.eval)],
+                    1,
+                    self.config.executor,
+                    self.config.executor_options,
                 )
                 return _row(problem, start, verdict, "eval", extra), True
             return self._evolve_one(problem, start, extra), True

@@ -86,13 +86,14 @@ def bench(
 
     problem_paths = collect_problems(paths)
     out_dir = output_dir(out_dir or Path("ksmith-bench"))
-    executor_for(executor)  # an unknown name fails before any work
+    executor_options = capability_options(executor_for(executor), capability_values)  # unknown: fails now
     seed_options = capability_options(lookup(SeedMethod, seed_from), capability_values) if seed_from else {}
     overrides = {
         k: v
         for k, v in {"budget": budget, "parallel": parallel, "executor": executor}.items()
         if v is not None
     }
+    overrides["executor_options"] = executor_options
     if do_evolve:
         chosen = proposer_for(proposer)
         overrides["proposer"] = chosen.name

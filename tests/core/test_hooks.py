@@ -150,7 +150,7 @@ def test_backends_are_called_by_the_problems_backend_name(toy_plugin, toy_proble
 def test_hook_ksmith_register_executors(toy_plugin, register_plugin, toy_problem, tmp_path):
     batches = []
 
-    def run_in_order(jobs, parallel):
+    def run_in_order(jobs, parallel, options):
         batches.append((len(jobs), parallel))
         return [evaluate(job.problem, job.candidate, job.options) for job in jobs]
 
@@ -166,7 +166,7 @@ def test_hook_ksmith_register_executors(toy_plugin, register_plugin, toy_problem
     assert batches == [(1, 1), (2, 2), (2, 2)]  # the seed, then one batch per step
     assert registry().default(Executor).name == "local"
     job = EvalJob(load_problem(toy_problem[0]), load_candidate(toy_problem[1]), EvalOptions())
-    assert [v.speedup for v in lookup(Executor, "local").run([job, job], 2)] == [1.0, 1.0]
+    assert [v.speedup for v in lookup(Executor, "local").run([job, job], 2, {})] == [1.0, 1.0]
 
 
 def test_hook_ksmith_register_exporters(toy_plugin, register_plugin, toy_problem, tmp_path):
