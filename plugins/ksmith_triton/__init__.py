@@ -9,4 +9,4 @@ per-GPU lock (exclusive while timing, shared for other GPU work).
 """
 
 # Bump when anything that changes measured numbers or verdicts changes: it is part of every cache key.
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3

@@ -202,6 +202,11 @@ class InputSets:
             return self.first
         return make_inputs(self.problem, self.seeds[index], self.device)
 
+    def release(self) -> None:
+        """Let every set go (the caller still holds this object)."""
+        self.kept, self.first = None, None
+        self.seeds = []
+
     def __iter__(self):
         for index in range(len(self.seeds)):
             inputs = self[index]
@@ -271,6 +276,13 @@ def capture_harness(guards: Any) -> None:
         ("torch.nn.functional", torch.nn.functional),
         ("torch.random", torch.random),
         ("torch.cuda", torch.cuda),
+    ):
+        guards.capture_namespace(label, owner)
+    for label, owner in (
+        ("TimedCallCheck", TimedCallCheck),
+        ("timing.Schedule", timing.Schedule),
+        ("timing.Staging", timing.Staging),
+        ("Channel", Channel),
     ):
         guards.capture_namespace(label, owner)
     guards.capture("child_common.Channel.send", Channel, "send")
@@ -374,7 +386,14 @@ def run_trials_and_timing(
     # -- correctness trials (the parent holds the GPU's shared lock meanwhile) ----------------------------
     share_cuda = device == "cuda" and job.get("transport", "ipc") == "ipc"
     trials: list[dict[str, Any]] = []
-    for index, pristine in enumerate(trial_inputs):
+    trial_sets = iter(trial_inputs)
+    for index in range(len(trial_inputs)):
+        try:
+            with resource_limits(device, f"making the inputs of trial {index + 1}"):
+                pristine = next(trial_sets)
+        except ProblemStepError as exc:  # the problem's code or the device's size: not the candidate's
+            channel.send("error", status="setup_error", reason=str(exc), error=format_error(exc))
+            return 0
         inputs = staging.load(pristine)
         if device == "cuda":
             poison_allocator(input_bytes)
@@ -422,10 +441,15 @@ def run_trials_and_timing(
     if command.get("op") != "time":
         return 0
     SHARED_OUTPUTS.clear()  # compared: the reference process has let go of them
-    check = TimedCallCheck(channel, timers["urandom"], out_dir, share_cuda, int(command["trials"]))
+    # The trials' inputs are no longer needed: memory goes to the timing loop (large problems fit).
+    trial_inputs.release()
+    del staging
+    check = TimedCallCheck(
+        channel, timers["urandom"], out_dir, share_cuda, int(command["trials"]), guards, hooks_before
+    )
     try:
         timed = time_candidate(guards, model, problem, timing_inputs, timers, command, device, check)
-    except OutputError as exc:
+    except (OutputError, CheckRefused) as exc:
         channel.send("error", status="rejected", reasons=[str(exc)])
         return 0
     except BaseException as exc:  # noqa: BLE001
@@ -439,11 +463,6 @@ def run_trials_and_timing(
     violations = [
         r for r in trial_violations(guards, threads_before, hooks_before) if not r.startswith("NO_TRITON")
     ]
-    if guards.launches < timed.warmup + len(timed.samples_ms):
-        violations.append(
-            f"NO_TRITON_LAUNCH: {timed.warmup + len(timed.samples_ms)} calls while timed launched only "
-            f"{guards.launches} Triton kernel(s); every call must run the kernels"
-        )
     if violations:
         channel.send("error", status="rejected", reasons=violations)
         return 0
@@ -458,6 +477,10 @@ def run_trials_and_timing(
     return 0
 
 
+class CheckRefused(Exception):
+    """A timed call broke a rule the check after it enforces; the message is the verdict's reason."""
+
+
 class TimedCallCheck:
     """Runs after every timed call, before the next one starts (no candidate code runs in between).
 
@@ -469,8 +492,19 @@ class TimedCallCheck:
 
     FULL_CHECKS_PER_RUN = 3  # expected full comparisons per timing run
 
-    def __init__(self, channel: Channel, urandom: Any, out_dir: Path, share_cuda: bool, trials: int) -> None:
+    def __init__(
+        self,
+        channel: Channel,
+        urandom: Any,
+        out_dir: Path,
+        share_cuda: bool,
+        trials: int,
+        guards: Any = None,
+        hooks_before: dict[str, Any] | None = None,
+    ) -> None:
         self.channel, self.urandom, self.out_dir, self.share_cuda = channel, urandom, out_dir, share_cuda
+        self.guards, self.hooks_before = guards, hooks_before
+        self.last_call_launches: int | None = None  # set by the timing loop's guarded call
         self.full_rate = min(1.0, self.FULL_CHECKS_PER_RUN / max(1, trials))
         self.full: list[int] = []
         self.input_seed: int | None = None  # the seed of the last fresh inputs made
@@ -483,6 +517,19 @@ class TimedCallCheck:
     ) -> None:
         import torch
 
+        from ksmith_triton.guards import hooks_added
+
+        # Before the harness touches anything the call returned: nothing of the candidate's may be left to
+        # run inside it (a mode on the torch stack, a profile hook), and the call must have run kernels.
+        if self.hooks_before is not None:
+            added = hooks_added(self.hooks_before)
+            if added:
+                raise CheckRefused(
+                    f"INTERPRETER_HOOK: timed call {index + 1} left {', '.join(added)} installed; candidate "
+                    "code may run only inside its own forward"
+                )
+        if self.last_call_launches is not None and self.last_call_launches < 1:
+            raise CheckRefused(f"NO_TRITON_LAUNCH: timed call {index + 1} launched no Triton kernel")
         structure, tensors = flatten_outputs(out)  # OutputError: the caller refuses the candidate
         seed = self._draw()
         positions = child_common.sample_positions(seed, [t.numel() for t in tensors])
@@ -644,7 +691,11 @@ def time_candidate(
     def guarded(*inputs: Any) -> Any:
         # The same accounting as the trials: a candidate that computes with torch (or skips its kernels)
         # only while it is timed is refused. Its host cost stays out of the GPU's time (see timing.py).
-        return guards.run_forward(model, list(inputs), fresh=False)
+        before = guards.launches
+        try:
+            return guards.run_forward(model, list(inputs), fresh=False)
+        finally:
+            check.last_call_launches = guards.launches - before
 
     def fresh_inputs(seed: int) -> list[Any]:
         check.input_seed = seed

@@ -215,9 +215,10 @@ def sample_positions(seed: int, numels: list[int]) -> list[Any]:
 
     generator = torch.Generator().manual_seed(seed)
     return [
-        torch.randint(0, numel, (min(SAMPLES_PER_OUTPUT, numel),), generator=generator)
-        if numel > 0
-        else torch.empty(0, dtype=torch.long)
+        # A small output is checked whole; a larger one at SAMPLES_PER_OUTPUT positions.
+        torch.randint(0, numel, (SAMPLES_PER_OUTPUT,), generator=generator)
+        if numel > SAMPLES_PER_OUTPUT
+        else torch.arange(numel)
         for numel in numels
     ]
 

@@ -11,9 +11,13 @@ One evaluation:
    candidate's outputs with them on the device (``reference_side.compare_with_reference``): the candidate
    runs first and in another process, so it can neither read nor disturb them.
 4. If correct, reference timings (eager and torch.compile) come from the cache or are measured, and the
-   candidate is timed in its still-running worker, both under the device's ``exclusive_gpu_lock``. The
-   outputs of the last timed calls are compared with the reference too (a result cache shows up there).
-5. Speedups, the roofline fraction, and flags (a > 10x speedup is re-validated on fresh inputs in a new worker).
+   candidate is timed in its still-running worker, both under the device's ``exclusive_gpu_lock``, with a
+   schedule drawn call by call (``timing.py``). Every timed call reports samples of its outputs at once; the
+   reference process checks them (``reference_side.check_sampled_calls``), and the calls checked in full
+   are compared like the trials. The per-call reports are checked for forgery, the timings for
+   contradictions (``forged_call_reports``, ``timing_contradictions``).
+5. Speedups (the candidate's median over calls on fresh inputs), the roofline fraction, and flags (a > 10x
+   speedup is re-validated in a new worker with fresh inputs and a fresh schedule).
 
 Every other GPU step (trials, reference outputs, comparison) holds the device's ``shared_gpu_lock``, so
 concurrent evaluations overlap with each other but never with a timed loop (``locks.py``).
@@ -58,6 +62,7 @@ from ksmith_triton.pool import POOL, discard
 from ksmith_triton.refcache import ReferenceCache
 from ksmith_triton.roofline import roofline_bound, roofline_fraction
 from ksmith_triton.sandbox import Child, ChildExit, private_dir, remove_tree
+from ksmith_triton.timing import FRESH_SHARE, Schedule
 
 log = logging.getLogger(__name__)
 
@@ -232,33 +237,75 @@ BIMODAL_GAP = 1.15
 BIMODAL_MIN_SHARE = 0.1
 # Fully checked calls this much slower than the others: the candidate knew which calls were looked at.
 CHECKED_SLOWER = 1.10
-UNSTEADY_SPREAD = 0.02  # a reference whose timing blocks differ more than this makes its speedup uncertain
+# Calls on inputs seen before this much faster than calls on fresh ones: a cache of results.
+CACHE_GAP = 1.5
+UNSTEADY_SPREAD = 0.02
+MIN_FRESH_FOR_RUNTIME = 8  # fewer calls on fresh inputs (the CPU's short runs): the median of all calls  # a reference whose timing blocks differ more than this makes its speedup uncertain
 
 
-def forged_call_reports(calls: list[dict[str, Any]], report: dict[str, Any], sets: int) -> str:
-    """Why the per-call reports cannot be the harness's (a reason), or ``""``: one report per timed call, in
-    order, each with an input set that exists, numbers where numbers belong, and at least one full check."""
+def forged_call_reports(
+    calls: list[dict[str, Any]], report: dict[str, Any], sets: int, trials: int | None = None
+) -> str:
+    """Why the per-call reports cannot be the harness's (a reason), or ``""``.
+
+    One report per timed call, in order, as many as the schedule allows for ``trials``; each with an input set
+    that exists, numbers where numbers belong, samples described consistently, a sample seed no other call
+    had; fresh inputs on about a third of the calls (a schedule bent to show fewer is refused); and at least
+    one call checked in full. The reports come from the candidate's process, so these checks raise the bar
+    for a candidate that reaches into the harness (docs/evaluation.md, "Limits")."""
     count = report.get("calls")
-    indices = [c.get("index") for c in calls]
+    indices = [c.get("index") if isinstance(c, dict) else None for c in calls]
     if not isinstance(count, int) or count < 1 or indices != list(range(count)):
         return (
             f"FORGED_REPORT: the timed calls' reports do not match the run ({len(calls)} reports, indices "
             f"{indices[:5]}..., {count!r} calls announced)"
         )
+    if trials is not None:
+        low, high = Schedule.bounds(trials)
+        if not low <= count <= high:
+            return f"FORGED_REPORT: {count} timed calls where the schedule allows {low} to {high}"
     for call in calls:
-        if not isinstance(call.get("set"), int) or not -1 <= call["set"] < sets:
-            return f"FORGED_REPORT: timed call {call['index']} names input set {call.get('set')!r}"
-        if call["set"] == -1 and not isinstance(call.get("input_seed"), int):
-            return f"FORGED_REPORT: timed call {call['index']} had fresh inputs but names no seed"
-        if not all(isinstance(call.get(k), (int, float)) and call[k] >= 0 for k in ("gpu_ms", "host_ms")):
-            return f"FORGED_REPORT: timed call {call['index']} reports no usable time"
-        if not isinstance(call.get("seed"), int) or not isinstance(call.get("samples"), list):
-            return f"FORGED_REPORT: timed call {call['index']} reports no samples"
-        if "outputs" in call and not isinstance(call["outputs"], list):
-            return f"FORGED_REPORT: timed call {call['index']} describes its outputs wrongly"
+        reason = _malformed(call, sets)
+        if reason:
+            return f"FORGED_REPORT: timed call {call['index']} {reason}"
+    seeds = [c["seed"] for c in calls]
+    if len(set(seeds)) != len(seeds):
+        return "FORGED_REPORT: two timed calls report the same sample seed"
+    fresh = sum(1 for c in calls if c["set"] == -1)
+    if count >= 12 and _binomial_tail(count, fresh, FRESH_SHARE) < 1e-6:
+        return f"FORGED_REPORT: {fresh} of {count} timed calls had fresh inputs, where about a third must"
     if not any("outputs" in c for c in calls):
         return "FORGED_REPORT: no timed call's whole outputs were kept for the full check"
     return ""
+
+
+def _malformed(call: dict[str, Any], sets: int) -> str:
+    if not isinstance(call.get("set"), int) or not -1 <= call["set"] < sets:
+        return f"names input set {call.get('set')!r}"
+    if call["set"] == -1 and not isinstance(call.get("input_seed"), int):
+        return "had fresh inputs but names no seed"
+    if not all(isinstance(call.get(k), (int, float)) and call[k] >= 0 for k in ("gpu_ms", "host_ms")):
+        return "reports no usable time"
+    samples = call.get("samples")
+    if not isinstance(call.get("seed"), int) or not isinstance(samples, list):
+        return "reports no samples"
+    if not all(isinstance(text, str) for text in samples) or not isinstance(call.get("structure"), str):
+        return "describes its samples wrongly"
+    for key in ("dtypes", "shapes", "devices"):
+        if not isinstance(call.get(key), list) or len(call[key]) != len(samples):
+            return f"describes its outputs' {key} wrongly"
+    if "outputs" in call and not isinstance(call["outputs"], list):
+        return "describes its outputs wrongly"
+    return ""
+
+
+def _binomial_tail(n: int, k: int, p: float) -> float:
+    """Two-sided: the probability of a count at least as far from ``n * p`` as ``k`` is."""
+    from math import comb
+
+    expected = n * p
+    far = abs(k - expected)
+    return sum(comb(n, i) * p**i * (1 - p) ** (n - i) for i in range(n + 1) if abs(i - expected) >= far)
 
 
 def unsteady_reasons(runtime: TimingStats, eager: TimingStats, compiled: TimingStats | None) -> list[str]:
@@ -277,48 +324,66 @@ def unsteady_reasons(runtime: TimingStats, eager: TimingStats, compiled: TimingS
     return reasons
 
 
-def timing_contradictions(gpu_ms: list[float], fully_checked: list[int], fresh: list[bool]) -> list[str]:
+def timing_contradictions(gpu_ms: list[float], sets: list[int]) -> list[str]:
     """Reasons to refuse timings that contradict themselves, or ``[]``.
 
-    An honest kernel's per-call times form one tight mode, with at most some slower outliers (a clock dip,
-    another process): nothing runs much faster than the kernel's own time. Three things cannot come from that
-    noise: a sizeable block of calls more than ``BIMODAL_GAP`` times faster than the median (the kernel does
-    less work on some calls); the calls checked in full, chosen after they ran, all slower than the others by
-    ``CHECKED_SLOWER`` (it knew which calls were checked); and calls on inputs seen before faster than calls on
-    fresh inputs by ``BIMODAL_GAP`` (a cache of results keyed on the data).
+    Calls on the same prepared input set do the same work on the same data, so an honest kernel takes about
+    the same time on each (slow outliers aside: a clock dip, another process), even when its time depends on
+    the data. Within one set, a block of at least a tenth of its calls more than ``BIMODAL_GAP`` times faster
+    than the set's median cannot be noise: the kernel does less work on some calls (``TIMING_BIMODAL``). And a
+    kernel cannot be faster on every input it has seen before than on fresh inputs by ``CACHE_GAP``: the
+    results are remembered (``TIMING_RESULT_CACHE``).
     """
     reasons = []
-    n = len(gpu_ms)
-    ordered = sorted(gpu_ms)
-    median = ordered[n // 2] if n else 0.0
-    least = max(3, int(BIMODAL_MIN_SHARE * n))
-    fast = [t for t in ordered if t * BIMODAL_GAP < median]
-    if n >= 2 * least and len(fast) >= least:
-        reasons.append(
-            f"TIMING_BIMODAL: {len(fast)} of {n} timed calls ran in {fast[0]:.4g}-{fast[-1]:.4g} ms, more than "
-            f"{BIMODAL_GAP - 1:.0%} faster than the median {median:.4g} ms; an honest kernel takes about the "
-            "same time on every call"
-        )
-    checked = [gpu_ms[i] for i in fully_checked if 0 <= i < n]
-    skipped = set(fully_checked)
-    others = sorted(t for i, t in enumerate(gpu_ms) if i not in skipped)
-    if len(checked) >= 2 and others:
-        middle = others[len(others) // 2]
-        if min(checked) > CHECKED_SLOWER * middle:
+    by_set: dict[int, list[float]] = {}
+    for t, chosen in zip(gpu_ms, sets):
+        by_set.setdefault(chosen, []).append(t)
+    for chosen, times in sorted(by_set.items()):
+        if chosen < 0:
+            continue  # fresh inputs differ from call to call: a data-dependent kernel may vary there
+        ordered = sorted(times)
+        n = len(ordered)
+        median = ordered[n // 2]
+        least = max(3, int(BIMODAL_MIN_SHARE * n))
+        fast = [t for t in ordered if t * BIMODAL_GAP < median]
+        if n >= 2 * least and len(fast) >= least:
             reasons.append(
-                f"TIMING_CHECKED_SLOWER: the {len(checked)} calls checked in full took "
-                f"{min(checked):.4g}-{max(checked):.4g} ms, the others {middle:.4g} ms (median)"
+                f"TIMING_BIMODAL: on input set {chosen}, {len(fast)} of {n} timed calls ran in "
+                f"{fast[0]:.4g}-{fast[-1]:.4g} ms, more than {BIMODAL_GAP - 1:.0%} faster than the median "
+                f"{median:.4g} ms on the same data; an honest kernel takes about the same time on every call"
             )
-    new = sorted(t for t, f in zip(gpu_ms, fresh) if f)
-    seen = sorted(t for t, f in zip(gpu_ms, fresh) if not f)
-    if len(new) >= 5 and len(seen) >= 5:
-        new_median, seen_median = new[len(new) // 2], seen[len(seen) // 2]
-        if seen_median * BIMODAL_GAP < new_median:
+    fresh = sorted(by_set.get(-1, []))
+    repeated = {k: sorted(v) for k, v in by_set.items() if k >= 0 and len(v) >= 3}
+    if len(fresh) >= 5 and repeated:
+        fresh_median = fresh[len(fresh) // 2]
+        medians = {k: v[len(v) // 2] for k, v in repeated.items()}
+        if all(m * CACHE_GAP < fresh_median for m in medians.values()):
             reasons.append(
-                f"TIMING_RESULT_CACHE: calls on inputs seen before took {seen_median:.4g} ms (median), calls on "
-                f"fresh inputs {new_median:.4g} ms: results are remembered, not computed"
+                f"TIMING_RESULT_CACHE: calls on inputs seen before took "
+                f"{', '.join(f'{m:.4g}' for m in medians.values())} ms (medians per input set), calls on fresh "
+                f"inputs {fresh_median:.4g} ms: results are remembered, not computed"
             )
     return reasons
+
+
+def checked_slower_flag(gpu_ms: list[float], fully_checked: list[int]) -> list[str]:
+    """A flag (the verdict stays ``ok``): the calls checked in full -- chosen after they ran -- were all among
+    the slowest. The candidate cannot know which calls are checked, so this only says that something it
+    should not reach was reached; at least three checked calls above the 95th percentile of the others is
+    needed (by chance: 1 in 8000)."""
+    checked = [gpu_ms[i] for i in fully_checked if 0 <= i < len(gpu_ms)]
+    skipped = set(fully_checked)
+    others = sorted(t for i, t in enumerate(gpu_ms) if i not in skipped)
+    if len(checked) < 3 or len(others) < 20:
+        return []
+    high = others[int(0.95 * (len(others) - 1))]
+    median = others[len(others) // 2]
+    if min(checked) > high and min(checked) > CHECKED_SLOWER * median:
+        return [
+            f"TIMING_CHECKED_SLOWER: the {len(checked)} calls checked in full took "
+            f"{min(checked):.4g}-{max(checked):.4g} ms, slower than 95 % of the others (median {median:.4g} ms)"
+        ]
+    return []
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -381,6 +446,7 @@ class Evaluation:
         self.launches: list[int] = []
         self.phases: dict[str, float] = {}  # seconds per phase, for whoever tunes throughput
         self.roofline_bound: str | None = None
+        self.flags: list[str] = []  # reasons on an accepted verdict (the status stays ok)
         self.child: Child | None = None
         self._job: dict[str, Any] = {}
 
@@ -646,20 +712,37 @@ class Evaluation:
         failed = self.failed_report(report, child, "timing")
         if failed is not None:
             return failed
-        forged = forged_call_reports(calls, report, len(self._job["timing_seeds"]))
+        forged = forged_call_reports(calls, report, len(self._job["timing_seeds"]), trials)
         if forged:
             return self.verdict(Status.REJECTED, [forged])
 
         clock = time.monotonic()
         seeds = self._job["timing_seeds"]
-        with shared_gpu_lock(self.device, self.gpu):
-            sampled = worker.request(
-                "check_samples",
-                max(COMPARE_TIMEOUT_MIN_S, opts.timeout_s),
-                init_seed=self._job["init_seed"],
-                seeds=seeds,
-                calls=[{k: c[k] for k in SAMPLED_CALL_FIELDS} for c in calls],
-                tolerances=self._tolerances(),
+        request = {
+            "init_seed": self._job["init_seed"],
+            "seeds": seeds,
+            "calls": [{k: c.get(k) for k in SAMPLED_CALL_FIELDS} for c in calls],
+            "tolerances": self._tolerances(),
+        }
+        try:
+            with shared_gpu_lock(self.device, self.gpu):
+                sampled = worker.request(
+                    "check_samples", max(COMPARE_TIMEOUT_MIN_S, opts.timeout_s), **request
+                )
+        except ProblemError:
+            if self.device != "cuda":
+                raise
+            # As for the trials' comparison: the candidate's process may hold the memory the reference needs.
+            # Without it, a reference that fails again is the problem's error; one that passes was crowded out.
+            child.kill()
+            with shared_gpu_lock(self.device, self.gpu):
+                worker.request("check_samples", max(COMPARE_TIMEOUT_MIN_S, opts.timeout_s), **request)
+            return self.verdict(
+                Status.RUNTIME_ERROR,
+                [
+                    "RESOURCE_EXHAUSTED: the reference could not check the timed calls beside this candidate's "
+                    "process (does it keep too much GPU memory?)"
+                ],
             )
         phases["timed_samples_check"] = round(time.monotonic() - clock, 3)
         if not sampled.get("correct"):
@@ -702,12 +785,14 @@ class Evaluation:
             "fully_checked_calls": [int(c["index"]) for c in full],
         }
         if self.device == "cuda":
-            contradictions = timing_contradictions(
-                gpu_ms, [int(c["index"]) for c in full], [int(c["set"]) < 0 for c in calls]
-            )
+            contradictions = timing_contradictions(gpu_ms, [int(c["set"]) for c in calls])
             if contradictions:
                 return self.verdict(Status.REJECTED, contradictions)
-        runtime = TimingStats.from_halves(gpu_ms)
+            self.flags.extend(checked_slower_flag(gpu_ms, [int(c["index"]) for c in full]))
+        # The candidate's time is its median over calls on fresh inputs (when there are enough): no cache of
+        # any kind can make those faster. Calls on the prepared sets are checked all the same.
+        fresh_ms = [t for t, c in zip(gpu_ms, calls) if int(c["set"]) < 0]
+        runtime = TimingStats.from_halves(fresh_ms if len(fresh_ms) >= MIN_FRESH_FOR_RUNTIME else gpu_ms)
         return self._verdict_from_timings(runtime, reference, meta)
 
     def _tolerances(self) -> Any:
@@ -806,7 +891,9 @@ class Evaluation:
                 ceilings.get("bandwidth_bytes_s", 0.0),
                 ceilings.get("flops_s", 0.0),
             )
-        reasons: list[str] = unsteady_reasons(runtime, eager, compiled) if self.device == "cuda" else []
+        reasons: list[str] = list(self.flags)
+        if self.device == "cuda":
+            reasons += unsteady_reasons(runtime, eager, compiled)
         if speedup is not None and speedup > SUSPICIOUS_SPEEDUP and not self.revalidation:
             again = Evaluation(self.problem, self.candidate, self.options, revalidation=True).run()
             if not again.accepted:

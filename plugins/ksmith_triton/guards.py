@@ -13,8 +13,9 @@ They are installed before the candidate module is imported, so the candidate see
   spawn with a Triton frame on the stack is allowed);
 - identities of the timing functions and of the patched entry points, compared at the end;
 - interpreter hooks that would let candidate code run inside the harness between calls, when nothing of the
-  candidate's should run: trace and profile functions, garbage-collector callbacks, signal handlers and
-  interval timers, compared with what was there before the candidate loaded.
+  candidate's should run: trace and profile functions, garbage-collector callbacks, signal handlers, interval
+  timers, torch function and dispatch modes left on the stack; compared with what was there before the
+  candidate loaded, after the import, after every trial and after every timed call.
 
 This raises the bar; it cannot make one Python process safe from code running in it. The verdict's weight
 therefore rests on what the candidate cannot reach: reference outputs and the comparison live elsewhere.
@@ -137,11 +138,14 @@ class Guards:
         self._torch = torch
         self._triton_dirs: tuple[str, ...] = ()
         self._captured: dict[str, tuple[Any, str, Any]] = {}
+        self._mappings: list[tuple[str, dict[str, Any], tuple[tuple[str, Any], ...]]] = []
         guards = self
 
         class OpAccounting(TorchDispatchMode):
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-                if guards.launch_depth == 0:
+                # Ops inside a Triton launch are Triton's (the interpreter copies tensors); the depth counter
+                # says so, and a Triton frame on the stack confirms it -- a counter alone could be forged.
+                if guards.launch_depth == 0 or not guards._in_triton_frame():
                     packet, full = _op_names(func)
                     if packet not in guards.allowed and full not in guards.allowed:
                         guards.forbidden[full] = guards.forbidden.get(full, 0) + 1
@@ -207,7 +211,6 @@ class Guards:
             finally:
                 guards.launch_depth -= 1
 
-        run.__wrapped__ = original  # type: ignore[attr-defined]
         return run
 
     def _counting(self, original: Callable) -> Callable:
@@ -234,7 +237,6 @@ class Guards:
             guards.launches += 1
             return result
 
-        run.__wrapped__ = original  # type: ignore[attr-defined]
         return run
 
     def _wrap_threads(self) -> None:
@@ -274,7 +276,6 @@ class Guards:
                     guards.forbidden[name] = guards.forbidden.get(name, 0) + 1
                 return original(*args, **kwargs)
 
-            call.__wrapped__ = original  # type: ignore[attr-defined]
             return call
 
         for owner, attr, label in (
@@ -324,8 +325,25 @@ class Guards:
             if callable(value) and not attr.startswith("__"):
                 self._remember(f"{label}.{attr}", owner, attr, value)
 
+    def _in_triton_frame(self, depth: int = 64) -> bool:
+        frame = sys._getframe(2)
+        while frame is not None and depth > 0:
+            if frame.f_code.co_filename.startswith(self._triton_dirs):
+                return True
+            frame, depth = frame.f_back, depth - 1
+        return False
+
+    def capture_mapping(self, label: str, mapping: dict[str, Any]) -> None:
+        """Entries of a dict the harness reads (its captured timers): replacing one is :meth:`tampered`."""
+        self._mappings.append((label, mapping, tuple(mapping.items())))
+
     def tampered(self) -> list[str]:
-        changed = []
+        changed = [
+            f"{label}[{key!r}]"
+            for label, mapping, original in self._mappings
+            for key, value in original
+            if mapping.get(key) is not value
+        ]
         for name, (owner, attr, value) in self._captured.items():
             try:
                 now = _static(owner, attr)
@@ -416,6 +434,13 @@ def interpreter_hooks() -> dict[str, Any]:
         "threading.setprofile": getattr(threading, "getprofile", lambda: None)(),
         "gc.callbacks": tuple(gc.callbacks),
     }
+    try:  # torch function / dispatch modes left on the stack run on every torch call the harness makes
+        import torch
+
+        hooks["a torch function mode"] = torch._C._len_torch_function_stack()
+        hooks["a torch dispatch mode"] = torch._C._len_torch_dispatch_stack()
+    except (ImportError, AttributeError):
+        pass
     for name in HOOK_SIGNALS:
         number = getattr(signal, name, None)
         if number is not None:
@@ -456,4 +481,5 @@ def capture_timers(guards: Guards, device: str) -> dict[str, Any]:
         guards.capture("torch.cuda.current_stream", torch.cuda, "current_stream")
         guards.capture("torch._C._cuda_synchronize", torch._C, "_cuda_synchronize")
         guards.capture("torch._C._cuda_sleep", torch._C, "_cuda_sleep")
+    guards.capture_mapping("timers", timers)
     return timers

@@ -24,6 +24,7 @@ from ksmith_triton.child_common import (
     load_problem_module,
     make_inputs,
     make_model,
+    problem_step,
     read_command,
     serve_job,
     tensor_bytes,
@@ -100,58 +101,91 @@ def check_sampled_calls(problem: types.ModuleType, device: str, command: dict[st
     the sampled values. The reference outputs of each timing input set are computed once here, those of fresh
     inputs once per call. Returns the first call that differs, if any.
     """
-    import torch
-
-    from ksmith_triton.child_common import decode_values, sample_positions
-    from ksmith_triton.compare import compare_values, tolerances
+    from ksmith_triton.compare import tolerances
 
     tolerance_for = tolerances(command["tolerances"])
     model = make_model(problem.Model, problem, command["init_seed"], device)
     expected: dict[int, tuple[str, list[Any]]] = {}
     calls = command["calls"]
     for call in calls:
-        index, chosen = int(call["index"]), int(call["set"])
-        if chosen < 0 or chosen not in expected:
-            seed = int(call["input_seed"]) if chosen < 0 else command["seeds"][chosen]
-            inputs = make_inputs(problem, seed, device)
-            with torch.no_grad():
-                structure, tensors = flatten_outputs(model(*inputs))
-            outputs = (structure, [t.detach() for t in tensors])
-            del inputs
-            if chosen >= 0:  # fresh inputs are used once: their outputs are not kept
-                expected[chosen] = outputs
-        else:
-            outputs = expected[chosen]
-        structure, tensors = outputs
-        label = f"timed call {index + 1} of {len(calls)}"
-        problem_found = _sample_shape_problem(call, structure, tensors, device, label)
-        if problem_found:
-            return {"correct": False, "index": index, "reasons": [problem_found], "mismatch": None}
-        positions = sample_positions(int(call["seed"]), [t.numel() for t in tensors])
-        for output, (ref, where, text) in enumerate(zip(tensors, positions, call["samples"])):
-            try:
-                got = decode_values(text, ref.dtype, len(where))
-            except ValueError as exc:
-                return {
-                    "correct": False,
-                    "index": index,
-                    "reasons": [f"FORGED_OUTPUT: {label}, output {output}: {exc}"],
-                    "mismatch": None,
-                }
-            want = torch.take(ref, where.to(ref.device)).to("cpu")
-            result = compare_values(output, got, want, tolerance_for(str(ref.dtype)), f" ({label})")
-            if result is not None:
-                mismatch = dict(result.mismatch or {})
-                if mismatch.get("worst_index"):
-                    flat = int(where[int(mismatch["worst_index"][0])])
-                    shape = tuple(ref.shape)
-                    mismatch["worst_index"] = (
-                        [int(i) for i in torch.unravel_index(torch.tensor(flat), shape)] if shape else []
-                    )
-                mismatch["numel"] = ref.numel()
-                mismatch["where"] = f"{label}, {len(where)} sampled elements"
-                return {"correct": False, "index": index, "reasons": result.reasons, "mismatch": mismatch}
+        try:
+            found = _check_one_call(
+                problem, device, command, model, expected, call, len(calls), tolerance_for
+            )
+        except (ValueError, TypeError, KeyError, IndexError, OverflowError) as exc:
+            # The report is the candidate's process's: what does not parse is forged, not a reference failure.
+            found = {
+                "correct": False,
+                "index": call.get("index", -1) if isinstance(call, dict) else -1,
+                "reasons": [
+                    f"FORGED_OUTPUT: a timed call's samples cannot be read ({type(exc).__name__}: {exc})"
+                ],
+                "mismatch": None,
+            }
+        if found is not None:
+            return found
     return {"correct": True, "checked": len(calls)}
+
+
+def _check_one_call(
+    problem: types.ModuleType,
+    device: str,
+    command: dict[str, Any],
+    model: Any,
+    expected: dict[int, tuple[str, list[Any]]],
+    call: dict[str, Any],
+    count: int,
+    tolerance_for: Any,
+) -> dict[str, Any] | None:
+    """The first difference in one timed call's samples, or ``None``. Reference outputs of the prepared
+    input sets are kept in ``expected``; those of a call's fresh inputs are computed for it alone."""
+    import torch
+
+    from ksmith_triton.child_common import decode_values, sample_positions
+    from ksmith_triton.compare import compare_values
+
+    index, chosen = int(call["index"]), int(call["set"])
+    if chosen < 0 or chosen not in expected:
+        seed = int(call["input_seed"]) if chosen < 0 else command["seeds"][chosen]
+        inputs = make_inputs(problem, seed, device)
+        with torch.no_grad(), problem_step("Model.forward()"):
+            structure, tensors = flatten_outputs(model(*inputs))
+        outputs = (structure, [t.detach() for t in tensors])
+        del inputs
+        if chosen >= 0:
+            expected[chosen] = outputs
+    else:
+        outputs = expected[chosen]
+    structure, tensors = outputs
+    label = f"timed call {index + 1} of {count}"
+    problem_found = _sample_shape_problem(call, structure, tensors, device, label)
+    if problem_found:
+        return {"correct": False, "index": index, "reasons": [problem_found], "mismatch": None}
+    positions = sample_positions(int(call["seed"]), [t.numel() for t in tensors])
+    for output, (ref, where, text) in enumerate(zip(tensors, positions, call["samples"])):
+        try:
+            got = decode_values(text, ref.dtype, len(where))
+        except ValueError as exc:
+            return {
+                "correct": False,
+                "index": index,
+                "reasons": [f"FORGED_OUTPUT: {label}, output {output}: {exc}"],
+                "mismatch": None,
+            }
+        want = torch.take(ref, where.to(ref.device)).to("cpu")
+        result = compare_values(output, got, want, tolerance_for(str(ref.dtype)), f" ({label})")
+        if result is not None:
+            mismatch = dict(result.mismatch or {})
+            if mismatch.get("worst_index"):
+                flat = int(where[int(mismatch["worst_index"][0])])
+                shape = tuple(ref.shape)
+                mismatch["worst_index"] = (
+                    [int(i) for i in torch.unravel_index(torch.tensor(flat), shape)] if shape else []
+                )
+            mismatch["numel"] = ref.numel()
+            mismatch["where"] = f"{label}, {len(where)} sampled elements"
+            return {"correct": False, "index": index, "reasons": result.reasons, "mismatch": mismatch}
+    return None
 
 
 def _sample_shape_problem(
@@ -233,9 +267,9 @@ _prepared_timing: dict[str, Any] = {}
 def prepare_reference_timing(
     problem: types.ModuleType, device: str, command: dict[str, Any]
 ) -> dict[str, Any]:
-    """Model, inputs and the torch.compile'd model, called once each: compilation (seconds of CPU) happens
-    here, under the shared lock rather than the exclusive timing lock; ``time`` then measures what was
-    prepared."""
+    """Model, inputs and the torch.compile'd model, called once each: compilation and Inductor's autotuning
+    happen here (the driver holds the GPU exclusively: autotuning benchmarks on it); ``time`` then measures
+    what was prepared."""
     import torch
 
     while len(_prepared_timing) >= 4:  # prepared by requests that never came back to time it

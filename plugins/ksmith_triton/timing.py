@@ -51,8 +51,13 @@ class Schedule:
 
     def __init__(self, urandom: Callable[[int], bytes], trials: int, warmup: int) -> None:
         self.urandom = urandom
-        self.trials = (max(1, round(0.8 * trials)), max(1, round(1.2 * trials)))
+        self.trials = self.bounds(trials)
         self.warmup = (max(1, warmup // 2), max(1, warmup + warmup // 2))
+
+    @staticmethod
+    def bounds(trials: int) -> tuple[int, int]:
+        """The fewest and most timed calls for ``trials`` asked: 0.8 and 1.2 times."""
+        return max(1, round(0.8 * trials)), max(1, round(1.2 * trials))
 
     def below(self, n: int) -> int:
         """A uniform integer in ``[0, n)`` (the 64-bit draw makes the modulo bias negligible)."""
@@ -135,11 +140,13 @@ def l2_flush_buffer() -> Any:
 
 
 def prequeue_ms(host_ms: list[float]) -> float:
-    """How long the GPU spins before a timed call: twice the slow end of the host's launch times."""
-    if not host_ms:
+    """How long the GPU spins before a timed call: twice the host's launch time at its 75th percentile over
+    the warm-up (the first warm-up call, which may re-run an autotuner's benchmarks, left out)."""
+    steady = host_ms[1:] if len(host_ms) > 1 else host_ms
+    if not steady:
         return PREQUEUE_MIN_MS
-    ordered = sorted(host_ms)
-    slow = ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))]
+    ordered = sorted(steady)
+    slow = ordered[min(len(ordered) - 1, int(0.75 * len(ordered)))]
     return min(PREQUEUE_MAX_MS, max(PREQUEUE_MIN_MS, 2.0 * slow + PREQUEUE_MIN_MS))
 
 
@@ -161,7 +168,9 @@ def time_gpu(
 ) -> TimedCalls:
     record, elapsed, sync = timers["record"], timers["elapsed"], timers["synchronize"]
     stream, perf, event = timers["stream"], timers["perf_counter"], timers["event_class"]
-    spin, cycles_per_ms = timers["sleep"], timers["sleep_cycles_per_ms"]
+    spin = timers["sleep"]
+    # Measured again here, where the caller holds the GPU alone: other work stretches the spin.
+    cycles_per_ms = spin_rate(timers)
     flush = l2_flush_buffer()
     staging = Staging(input_sets[0], STAGING_COPIES)
     sets = len(input_sets)
@@ -292,11 +301,17 @@ def cuda_timers() -> dict[str, Any]:
         "stream": torch.cuda.default_stream(),
         "sleep": torch._C._cuda_sleep,
     }
-    start, end = base(enable_timing=True), base(enable_timing=True)
-    timers["synchronize"]()
-    base.record(start, timers["stream"])
-    torch._C._cuda_sleep(2_000_000)
-    base.record(end, timers["stream"])
-    timers["synchronize"]()
-    timers["sleep_cycles_per_ms"] = 2_000_000 / max(1e-3, float(base.elapsed_time(start, end)))
+    timers["sleep_cycles_per_ms"] = spin_rate(timers)
     return timers
+
+
+def spin_rate(timers: dict[str, Any], cycles: int = 2_000_000) -> float:
+    """Cycles of ``torch.cuda._sleep`` per millisecond on this GPU, measured with events."""
+    event, record, stream = timers["event_class"], timers["record"], timers["stream"]
+    start, end = event(enable_timing=True), event(enable_timing=True)
+    timers["synchronize"]()
+    record(start, stream)
+    timers["sleep"](cycles)
+    record(end, stream)
+    timers["synchronize"]()
+    return cycles / max(1e-3, float(timers["elapsed"](start, end)))

@@ -19,7 +19,7 @@ import pytest
 from evaluator_helpers import candidate, problem, quick_options
 
 from ksmith_triton import evaluator
-from ksmith_triton.evaluator import evaluate, forged_call_reports, timing_contradictions
+from ksmith_triton.evaluator import checked_slower_flag, evaluate, forged_call_reports, timing_contradictions
 from ksmith_triton.timing import Schedule
 
 CASES = {
@@ -30,6 +30,15 @@ CASES = {
     "random_majority": ("stateful_random_majority", "incorrect", "TIMED_OUTPUT_MISMATCH"),
     "torch_while_timed": ("stateful_torch_while_timed", "rejected", "FORBIDDEN_TORCH_OP"),
     "interpreter_hook": ("interpreter_hook", "rejected", "INTERPRETER_HOOK"),
+    # Candidates that reach into the harness itself (found by a review of this protocol).
+    "torch_function_mode": ("harness_torch_function_mode", "rejected", "INTERPRETER_HOOK"),
+    "dispatch_mode_below": ("harness_dispatch_mode_below", "rejected", "INTERPRETER_HOOK"),
+    "self_removing_hook": ("harness_self_removing_hook", "rejected", "INTERPRETER_HOOK"),
+    "patched_methods": ("harness_patched_methods", "rejected", "TAMPERED"),
+    "timers_dict": ("harness_timers_dict", "rejected", "TAMPERED"),
+    "urandom": ("harness_urandom", "rejected", ("TAMPERED", "FORGED_REPORT")),
+    "guard_counters": ("harness_guard_counters", "rejected", "FORBIDDEN_TORCH_OP"),
+    "forged_samples": ("harness_forged_samples", "rejected", "FORGED_REPORT"),
 }
 
 
@@ -60,7 +69,8 @@ def test_stateful_candidate(stateful_verdicts, name):
     if code:
         # The clock cheat guesses the phase from bursts of calls; on a slow machine its burst may start with
         # the trials and it is caught there instead: caught either way.
-        codes = (code, "MISMATCH") if name == "clock" else (code,)
+        codes = code if isinstance(code, tuple) else (code,)
+        codes = (*codes, "MISMATCH") if name == "clock" else codes
         assert any(reason.startswith(c + ":") for c in codes for reason in verdict.reasons), summary
 
 
@@ -108,18 +118,23 @@ def _calls(count, sets=3, full=(0,)):
     return [
         {
             "index": i,
-            "set": i % sets,
+            "set": -1 if i % 3 == 0 else i % sets,
+            "input_seed": 1000 + i if i % 3 == 0 else None,
             "gpu_ms": 1.0,
             "host_ms": 0.1,
-            "seed": 7,
-            "samples": [],
+            "seed": 7 + i,
+            "structure": "tensor",
+            "samples": ["AAAA"],
+            "dtypes": ["torch.float32"],
+            "shapes": [[4]],
+            "devices": ["cpu"],
             **({"outputs": []} if i in full else {}),
         }
         for i in range(count)
     ]
 
 
-def test_reports_must_be_one_per_call_in_order():
+def test_reports_must_be_one_per_call_in_order_as_the_schedule_allows():
     assert forged_call_reports(_calls(5), {"calls": 5}, 3) == ""
     assert forged_call_reports(_calls(5), {"calls": 6}, 3).startswith("FORGED_REPORT")
     swapped = _calls(5)
@@ -130,59 +145,86 @@ def test_reports_must_be_one_per_call_in_order():
     bad_set[3]["set"] = 9
     assert "input set 9" in forged_call_reports(bad_set, {"calls": 5}, 3)
     assert "full check" in forged_call_reports(_calls(5, full=()), {"calls": 5}, 3)
+    assert "schedule allows 80 to 120" in forged_call_reports(_calls(60), {"calls": 60}, 3, trials=100)
+    same_seed = _calls(5)
+    same_seed[4]["seed"] = same_seed[0]["seed"]
+    assert "same sample seed" in forged_call_reports(same_seed, {"calls": 5}, 3)
+    no_fresh = _calls(50)
+    for call in no_fresh:
+        call["set"], call["input_seed"] = 0, None
+    assert "fresh inputs" in forged_call_reports(no_fresh, {"calls": 50}, 3)
+    for field, value in (("samples", [3]), ("dtypes", []), ("structure", None)):
+        malformed = _calls(5)
+        malformed[2][field] = value
+        assert forged_call_reports(malformed, {"calls": 5}, 3).startswith("FORGED_REPORT: timed call 2")
+
+
+def test_small_outputs_are_checked_whole():
+    from ksmith_triton.child_common import SAMPLES_PER_OUTPUT, sample_positions
+
+    small, large, empty = sample_positions(5, [100, 10_000, 0])
+    assert small.tolist() == list(range(100)) and len(large) == SAMPLES_PER_OUTPUT and len(empty) == 0
 
 
 # -- timings that contradict themselves ---------------------------------------------------------------------
 
 
-def _honest(rng, n, base=0.2):
-    """Per-call GPU times of an honest kernel: ~1 % noise, now and then a slow outlier (a clock dip)."""
-    return [
-        base * rng.lognormvariate(0, 0.01) * (1 + rng.random() * 0.5 if rng.random() < 0.04 else 1)
-        for _ in range(n)
-    ]
+def _honest(rng, sets, base=0.2, per_input=0.3):
+    """GPU times of an honest kernel whose work depends on the data (each input set, and each fresh input,
+    up to ``per_input`` apart), with ~1 % noise and now and then a slow outlier (a clock dip)."""
+    weight = {k: 1 + rng.uniform(-per_input, per_input) for k in (0, 1, 2)}
+    times = []
+    for chosen in sets:
+        work = weight[chosen] if chosen >= 0 else 1 + rng.uniform(-per_input, per_input)
+        outlier = 1 + rng.random() * 0.5 if rng.random() < 0.04 else 1
+        times.append(base * work * rng.lognormvariate(0, 0.01) * outlier)
+    return times
 
 
-def test_honest_noise_is_never_refused():
+def _sets(rng, n):
+    return [-1 if rng.random() < 1 / 3 else rng.randrange(3) for _ in range(n)]
+
+
+def test_honest_noise_and_data_dependent_work_are_never_refused():
     rng = random.Random(2026)
     for _ in range(3000):
-        n = rng.randint(80, 120)
-        samples = _honest(rng, n, base=rng.choice([0.005, 0.2, 3.0]))
-        checked = rng.sample(range(n), rng.randint(1, 5))
-        fresh = [rng.random() < 1 / 3 for _ in range(n)]
-        assert timing_contradictions(samples, checked, fresh) == [], samples
+        sets = _sets(rng, rng.randint(80, 120))
+        samples = _honest(
+            rng, sets, base=rng.choice([0.005, 0.2, 3.0]), per_input=rng.choice([0.0, 0.1, 0.3])
+        )
+        assert timing_contradictions(samples, sets) == [], samples
 
 
 def test_a_kernel_that_does_less_work_on_some_calls_is_bimodal():
     rng = random.Random(7)
-    samples = _honest(rng, 100)
-    cheated = [i for i in range(100) if rng.random() < 0.3]  # a majority moves the median: output checks
-    for i in cheated:
-        samples[i] *= 0.3
-    reasons = timing_contradictions(samples, [i for i in range(100) if i not in cheated][:3], [False] * 100)
-    assert any(r.startswith("TIMING_BIMODAL:") for r in reasons)
-    few = _honest(rng, 100)
-    for i in range(0, 100, 25):  # four fast calls are fewer than a tenth: left to the output checks
-        few[i] *= 0.3
-    assert timing_contradictions(few, [1, 2], [False] * 100) == []
-
-
-def test_checked_calls_that_are_all_slower_are_refused():
-    rng = random.Random(11)
-    samples = _honest(rng, 100)
-    for i in (5, 40, 77):
-        samples[i] *= 1.3
-    reasons = timing_contradictions(samples, [5, 40, 77], [False] * 100)
-    assert any(r.startswith("TIMING_CHECKED_SLOWER:") for r in reasons)
-    assert timing_contradictions(samples, [5, 41, 77], [False] * 100) == []  # one at the honest speed: no
+    sets = _sets(rng, 100)
+    samples = _honest(rng, sets, per_input=0.0)
+    for i in range(100):
+        if rng.random() < 0.3:  # a majority would move the median: the output checks catch that
+            samples[i] *= 0.3
+    assert any(r.startswith("TIMING_BIMODAL:") for r in timing_contradictions(samples, sets))
 
 
 def test_results_remembered_for_inputs_seen_before_are_refused():
     rng = random.Random(3)
-    fresh = [rng.random() < 1 / 3 for _ in range(100)]
-    samples = [t * (1.0 if f else 0.25) for t, f in zip(_honest(rng, 100), fresh)]
-    reasons = timing_contradictions(samples, [0, 1], fresh)
-    assert any(r.startswith("TIMING_RESULT_CACHE:") for r in reasons)
+    sets = _sets(rng, 100)
+    samples = [t * (1.0 if s < 0 else 0.25) for t, s in zip(_honest(rng, sets, per_input=0.0), sets)]
+    assert any(r.startswith("TIMING_RESULT_CACHE:") for r in timing_contradictions(samples, sets))
+
+
+def test_checked_calls_all_slower_are_flagged_never_by_chance():
+    rng = random.Random(11)
+    samples = _honest(rng, _sets(rng, 100), per_input=0.0)
+    for i in (5, 40, 77):
+        samples[i] *= 1.3
+    assert checked_slower_flag(samples, [5, 40, 77])[0].startswith("TIMING_CHECKED_SLOWER:")
+    assert checked_slower_flag(samples, [5, 40]) == []  # two checked calls are too few to say
+    flagged = 0
+    for _ in range(2000):  # honest: the calls checked are any calls
+        n = rng.randint(80, 120)
+        honest = _honest(rng, _sets(rng, n))
+        flagged += bool(checked_slower_flag(honest, rng.sample(range(n), rng.randint(3, 6))))
+    assert flagged == 0
 
 
 # -- on the GPU, at the suite's full sizes ------------------------------------------------------------------
