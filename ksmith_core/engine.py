@@ -325,8 +325,10 @@ class Engine:
         run = self.run
         revalidated = None
         if run.best is not None and run.config.revalidate_best:
-            # Fresh seeds, fresh inputs, a fresh process: the winner must hold up once more.
-            revalidated = evaluate(run.problem, run.best.candidate, run.config.eval)
+            # Fresh seeds, fresh inputs, a fresh process: the winner must hold up once more (where the run's
+            # evaluations run: the executor dispatches it like any other).
+            job = EvalJob(run.problem, run.best.candidate, run.config.eval)
+            (revalidated,) = self.executor.run([job], 1, dict(run.config.executor_options))
             run.store.record_event("revalidation", revalidated.to_dict(), run.best.candidate.id)
             self.on_event("revalidated", {"verdict": revalidated, "candidate": run.best.candidate})
         run.store.record_event(

@@ -85,8 +85,8 @@ def bench(
     from ksmith_core.run import RunConfig
 
     problem_paths = collect_problems(paths)
-    out_dir = output_dir(out_dir or Path("ksmith-bench"))
     executor_options = capability_options(executor_for(executor), capability_values)  # unknown: fails now
+    out_dir = output_dir(out_dir or Path("ksmith-bench"))
     seed_options = capability_options(lookup(SeedMethod, seed_from), capability_values) if seed_from else {}
     overrides = {
         k: v

@@ -163,7 +163,7 @@ def test_hook_ksmith_register_executors(toy_plugin, register_plugin, toy_problem
     engine, seed = toy_engine(toy_problem, tmp_path, budget=5, executor="serial", parallel=3)
     engine.evolve(seed)
     engine.close()
-    assert batches == [(1, 1), (2, 2), (2, 2)]  # the seed, then one batch per step
+    assert batches == [(1, 1), (2, 2), (2, 2), (1, 1)]  # the seed, a batch per step, the re-validation
     assert registry().default(Executor).name == "local"
     job = EvalJob(load_problem(toy_problem[0]), load_candidate(toy_problem[1]), EvalOptions())
     assert [v.speedup for v in lookup(Executor, "local").run([job, job], 2, {})] == [1.0, 1.0]

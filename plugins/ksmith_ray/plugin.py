@@ -1,0 +1,60 @@
+"""Registers the ``ray`` executor and its ``--ray-address`` option.
+
+Nothing here imports ray: the executor imports it (``ksmith_ray.executor``) when it is first used, so this
+plugin loads, and ``ksmith plugins`` lists it, where ray is not installed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import click
+
+from ksmith_core import hookimpl
+from ksmith_core.capabilities import EvalJob, Executor
+from ksmith_core.model import Verdict
+
+CLI_OPTIONS = (
+    click.Option(
+        ["--ray-address"],
+        default=None,
+        metavar="ADDRESS",
+        help="Ray cluster for --executor ray (as ray.init takes it; default $RAY_ADDRESS, else a local one).",
+    ),
+)
+
+
+def options_from_cli(values: Mapping[str, Any]) -> dict[str, Any]:
+    """``--ray-address`` as the run's executor options; checks now that ray can be imported, so a missing
+    extra is one line before any work starts.
+
+    Only an address the user gave is stored: without one, ``$RAY_ADDRESS`` (or a fresh local cluster) is
+    looked up each time the run starts or resumes, so a resumed run never points at a cluster that ended
+    with its previous driver.
+    """
+    from ksmith_ray.executor import import_ray
+
+    import_ray()
+    address = values.get("ray_address")
+    return {"address": address} if address else {}
+
+
+def run_on_ray(jobs: Sequence[EvalJob], parallel: int, options: Mapping[str, Any]) -> list[Verdict]:
+    from ksmith_ray.executor import run_on_ray as run
+
+    return run(jobs, parallel, options)
+
+
+RAY = Executor(
+    "ray",
+    run_on_ray,
+    "Actors of a Ray cluster (one per GPU; one per CPU where it has none), --parallel at a time per run",
+    cli_options=CLI_OPTIONS,
+    options_from_cli=options_from_cli,
+)
+
+
+@hookimpl
+def ksmith_register_executors(register):
+    register(RAY)
