@@ -295,6 +295,7 @@ def capture_harness(guards: Any) -> None:
         "save_outputs",
         "same_value",
         "trial_violations",
+        "refuse",
         "time_candidate",
         "run_trials_and_timing",
         "TimedCallCheck",
@@ -368,14 +369,7 @@ def run_trials_and_timing(
         return report_forward_error(channel, guards, exc, "the first call")
     violations = trial_violations(guards, threads_before, hooks_before)
     if violations:
-        channel.send(
-            "error",
-            status="rejected",
-            reasons=violations,
-            launches=guards.launches,
-            forbidden_ops=dict(guards.forbidden),
-        )
-        return 0
+        return refuse(channel, guards, violations)
     STEPS["first_call"] = time.monotonic()
     if hold is not None:
         hold.release()  # from here on the driver holds the lock for what it asks
@@ -406,14 +400,7 @@ def run_trials_and_timing(
             return report_forward_error(channel, guards, exc, f"trial {index}")
         violations = trial_violations(guards, threads_before, hooks_before)
         if violations:
-            channel.send(
-                "error",
-                status="rejected",
-                reasons=violations,
-                launches=guards.launches,
-                forbidden_ops=dict(guards.forbidden),
-            )
-            return 0
+            return refuse(channel, guards, violations)
         try:
             structure, tensors = flatten_outputs(out)
         except OutputError as exc:
@@ -569,6 +556,18 @@ def poison_allocator(input_bytes: int) -> None:
     big = torch.empty(size, dtype=torch.uint8, device="cuda").fill_(0xFF)
     small = [torch.empty(512 * 1024, dtype=torch.uint8, device="cuda").fill_(0xFF) for _ in range(16)]
     del big, small
+
+
+def refuse(channel: Channel, guards: Any, violations: list[str]) -> int:
+    """Report a rejected candidate with what the guards counted in the call that broke the rules."""
+    channel.send(
+        "error",
+        status="rejected",
+        reasons=violations,
+        launches=guards.launches,
+        forbidden_ops=dict(guards.forbidden),
+    )
+    return 0
 
 
 def trial_violations(guards: Any, threads_before: set[int], hooks_before: dict[str, Any]) -> list[str]:
