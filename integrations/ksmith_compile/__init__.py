@@ -1,0 +1,1 @@
+"""``torch.compile(model, backend="kernelsmith")``: evolved kernels swapped into real models."""

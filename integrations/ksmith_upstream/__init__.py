@@ -1,0 +1,1 @@
+"""Upstream kernels in, upstream patches out: ``ksmith import`` and ``ksmith patch sglang|lmdeploy``."""
