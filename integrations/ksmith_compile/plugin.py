@@ -1,1 +1,46 @@
-"""ksmith plugin of the torch.compile integration (commands are registered here as they land)."""
+"""ksmith plugin of the torch.compile integration: ``ksmith compile-report``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from ksmith_core import hookimpl
+
+
+@hookimpl
+def ksmith_register_commands(cli):
+    cli.add_command(compile_report_command)
+
+
+@click.command("compile-report")
+@click.argument("model_file", type=click.Path(path_type=Path))
+@click.option(
+    "--library",
+    type=click.Path(path_type=Path),
+    required=True,
+    help="Kernel library directory (what `ksmith export RUN --target library -o DIR` writes).",
+)
+@click.option("--device", type=click.Choice(["cpu", "cuda"]), default=None, help="Default: cuda if present.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object with a list `regions`.")
+def compile_report_command(model_file, library, device, as_json):
+    """Compile MODEL_FILE (KernelBench format) with backend="kernelsmith": per region, swapped or not and why."""
+    import torch
+
+    from ksmith_compile.report import compile_report
+
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    report = compile_report(model_file, library, device)
+    if as_json:
+        click.echo(json.dumps(report, indent=2))
+        return
+    for region in report["regions"]:
+        mark = "swapped" if region["swapped"] else "kept   "
+        click.echo(f"{mark}  {region['region']}: {region['reason']}")
+    diff = report["max_abs_diff_vs_eager"]
+    click.echo(
+        f"{report['swapped']} region(s) swapped in {report['graphs']} graph(s)"
+        + (f"; max abs diff vs eager {diff:.3g}" if diff is not None else "")
+    )

@@ -50,10 +50,13 @@ def select_greedy(run) -> Selection | None:
 
 
 def export_library_entry(run: Any, candidate: Candidate, options: Mapping[str, Any]) -> Artifact:
-    """A kernel-library entry: the kernel source plus what it was judged on.
+    """A kernel-library entry: the kernel, the problem it was evolved for, and what it was judged on.
 
-    Layout: ``OUT/<problem>/kernel.py`` and ``OUT/<problem>/entry.json`` (problem sha, verdict, versions,
-    device), so several runs exported into one directory make one library.
+    Layout: ``OUT/<problem>/kernel.py``, ``OUT/<problem>/problem.py`` (the problem's source, byte for byte) and
+    ``OUT/<problem>/entry.json`` (problem sha, verdict, versions, device, the module globals that set the size
+    it was verified at and the shapes and dtypes of that size's inputs), so several runs exported into one
+    directory make one library, and ``torch.compile(backend="kernelsmith")`` can match each entry back into a
+    model.
     """
     from ksmith_core.clitools import output_dir
     from ksmith_core.environment import versions
@@ -64,18 +67,51 @@ def export_library_entry(run: Any, candidate: Candidate, options: Mapping[str, A
     entry_dir.mkdir(parents=True, exist_ok=True)
     kernel_path = entry_dir / "kernel.py"
     kernel_path.write_text(candidate.source, encoding="utf-8")
+    problem_path = entry_dir / "problem.py"
+    problem_path.write_text(problem.source, encoding="utf-8")
+    small = verdict is not None and verdict.details.get("size") == "small"
+    sizes = dict(problem.small_sizes) if small else {}
     entry = {
         "problem": problem.name,
         "problem_sha": problem.sha,
+        "problem_file": problem_path.name,
         "candidate_id": candidate.id,
         "run": run.path.name if run is not None else None,
+        "device": verdict.device if verdict is not None else None,
+        "sizes": sizes,
+        "verified_inputs": _input_specs(problem.source, sizes),
         "verdict": verdict.to_dict() if verdict is not None else None,
         "versions": versions(),
     }
     entry_path = entry_dir / "entry.json"
     entry_path.write_text(json.dumps(entry, indent=2, default=str), encoding="utf-8")
     speed = f"{verdict.speedup:.3g}x vs eager" if verdict is not None and verdict.speedup else "unmeasured"
-    return Artifact(target="library", paths=(kernel_path, entry_path), summary=f"{problem.name}: {speed}")
+    return Artifact(
+        target="library", paths=(kernel_path, problem_path, entry_path), summary=f"{problem.name}: {speed}"
+    )
+
+
+def _input_specs(source: str, sizes: Mapping[str, Any]) -> list[dict[str, Any]] | None:
+    """Shape and dtype of each of the problem's inputs at ``sizes`` (made on the meta device: no memory), or
+    ``None`` when the problem's code cannot say (the entry is then matched on nothing but its own check)."""
+    import types
+
+    import torch
+
+    module = types.ModuleType("ksmith_problem")
+    try:
+        exec(compile(source, "<problem>", "exec"), module.__dict__)
+        module.__dict__.update(sizes)
+        with torch.device("meta"):
+            values = list(module.get_inputs())
+    except Exception:  # noqa: BLE001 - the problem's own code; the entry stays usable without the specs
+        return None
+    return [
+        {"shape": list(v.shape), "dtype": str(v.dtype).removeprefix("torch.")}
+        if isinstance(v, torch.Tensor)
+        else {"value": repr(v)}
+        for v in values
+    ]
 
 
 LOCAL = Executor(

@@ -1,0 +1,184 @@
+"""The ``kernelsmith`` torch.compile backend: library kernels swapped into Dynamo's graph, the rest to Inductor.
+
+``torch.compile(model, backend="kernelsmith", options={...})``. Options (environment in brackets):
+
+- ``library``: a library directory or a list of them [``KSMITH_LIBRARY``, ``os.pathsep``-separated; default
+  ``./ksmith-library``];
+- ``log_swaps``: log every swap and every match left alone, with why, on stderr [``KSMITH_LOG_SWAPS=1``];
+- anything else is passed to Inductor as a config patch, as ``backend="inductor"`` takes it.
+
+Each entry's pattern (its reference ``Model.forward`` captured with Dynamo) is matched against the graph
+(``SubgraphMatcher``: same targets, same literal arguments, internal nodes used nowhere else). A match is
+replaced by the entry's operator only when the graph's example values of every pattern input have the exact
+shape, strides, dtype and device the kernel was verified on and its output needs no gradient; otherwise the
+subgraph stays as it is. The graph then goes to ``compile_fx``, so with no swap the result is Inductor's.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+
+from .library import Entry, Library, load_library
+
+log = logging.getLogger("ksmith_compile")
+OWN_OPTIONS = ("library", "log_swaps")
+
+
+@dataclass(frozen=True)
+class Region:
+    """One entry's outcome in one compiled graph: a match (swapped or not, why) or no match at all."""
+
+    region: str  # "<entry>" or "<entry>@<node>"
+    entry: str
+    swapped: bool
+    reason: str
+    graph: int = 0  # which compiled graph (Dynamo may make several: graph breaks, recompiles)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class Recorder:
+    """Collects the regions of every graph compiled while it is active (``ksmith compile-report``, tests)."""
+
+    active: list[Recorder] = []
+
+    def __init__(self) -> None:
+        self.regions: list[Region] = []
+        self.graphs = 0
+        self.library: Library | None = None
+
+    def __enter__(self) -> Recorder:
+        Recorder.active.append(self)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        Recorder.active.remove(self)
+
+
+def _truthy(value: Any) -> bool:
+    return str(value).strip().lower() in ("1", "true", "yes", "on")
+
+
+def _log_swaps_handler() -> None:
+    if not any(getattr(h, "_ksmith", False) for h in log.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        handler._ksmith = True  # type: ignore[attr-defined]
+        log.addHandler(handler)
+    log.setLevel(logging.INFO)
+
+
+def kernelsmith_backend(
+    gm: torch.fx.GraphModule,
+    example_inputs: list[Any],
+    *,
+    mode: str | None = None,
+    options: dict[str, Any] | None = None,
+) -> Any:
+    """Swap library kernels into ``gm`` where their guards hold, then compile it with Inductor."""
+    from torch._inductor.compile_fx import compile_fx
+
+    options = dict(options or {})
+    explicit = "library" in options or bool(os.environ.get("KSMITH_LIBRARY"))
+    library = load_library(options.get("library"), explicit=explicit)
+    log_swaps = _truthy(options.get("log_swaps", os.environ.get("KSMITH_LOG_SWAPS", "")))
+    if log_swaps:
+        _log_swaps_handler()
+    graph_index = max((r.graphs for r in Recorder.active), default=0)
+    regions = swap_regions(gm, library, graph_index)
+    for recorder in Recorder.active:
+        recorder.graphs += 1
+        recorder.library = library
+        recorder.regions.extend(regions)
+    level = logging.INFO if log_swaps else logging.DEBUG
+    for region in regions:
+        if region.swapped:
+            log.log(level, "kernelsmith: %s %s", region.region, region.reason)
+        elif "@" in region.region:
+            log.log(level, "kernelsmith: kept %s: %s", region.region, region.reason)
+    patches = {k: v for k, v in options.items() if k not in OWN_OPTIONS}
+    if mode and mode != "default":
+        from torch._inductor import list_mode_options
+
+        patches = {**list_mode_options(mode), **patches}
+    return compile_fx(gm, example_inputs, config_patches=patches or None)
+
+
+def swap_regions(gm: torch.fx.GraphModule, library: Library, graph_index: int = 0) -> list[Region]:
+    """Replace, in place, every match of a library pattern whose guards hold; one Region per outcome."""
+    from torch.fx.passes.utils.matcher_utils import SubgraphMatcher
+
+    regions: list[Region] = []
+    for entry in library.entries:
+        matcher = SubgraphMatcher(
+            entry.pattern.graph,
+            match_output=False,
+            match_placeholder=False,
+            remove_overlapping_matches=True,
+            ignore_literals=False,
+        )
+        matches = matcher.match(gm.graph)
+        if not matches:
+            regions.append(Region(entry.name, entry.name, False, "no match in this graph", graph_index))
+        for match in matches:
+            region = f"{entry.name}@{match.returning_nodes[0].name}" if match.returning_nodes else entry.name
+            why_not = _why_not(entry, match)
+            if why_not is None:
+                _replace(gm, entry, match)
+                regions.append(
+                    Region(region, entry.name, True, f"swapped for {entry.op.name()}", graph_index)
+                )
+            else:
+                regions.append(Region(region, entry.name, False, why_not, graph_index))
+    if any(r.swapped for r in regions):
+        gm.graph.lint()
+        gm.recompile()
+    return regions
+
+
+def _pattern_placeholders(entry: Entry) -> list[torch.fx.Node]:
+    return [n for n in entry.pattern.graph.nodes if n.op == "placeholder"]
+
+
+def _why_not(entry: Entry, match: Any) -> str | None:
+    if len(match.returning_nodes) != 1:
+        return "pattern matched with several outputs"
+    nodes = [match.nodes_map[p] for p in _pattern_placeholders(entry)]
+    values = [n.meta.get("example_value") for n in nodes]
+    if any(v is None for v in values):
+        return "no example value on an input of the match"
+    guard = entry.accepts(values)
+    if guard is not None:
+        return f"guard failed: {guard}"
+    out = match.returning_nodes[0].meta.get("example_value")
+    if not isinstance(out, torch.Tensor):
+        return "the matched region does not return one tensor"
+    if out.requires_grad:
+        return "output requires grad (no backward registered for the kernel)"
+    return None
+
+
+def _replace(gm: torch.fx.GraphModule, entry: Entry, match: Any) -> None:
+    args = tuple(match.nodes_map[p] for p in _pattern_placeholders(entry))
+    anchor = match.returning_nodes[0]
+    with gm.graph.inserting_before(anchor):
+        node = gm.graph.call_function(entry.op, args)
+    node.meta = {
+        k: v for k, v in anchor.meta.items() if k in ("example_value", "stack_trace", "nn_module_stack")
+    }
+    anchor.replace_all_uses_with(node)
+    internal = [
+        match.nodes_map[p]
+        for p in entry.pattern.graph.nodes
+        if p.op not in ("placeholder", "output") and p in match.nodes_map
+    ]
+    for old in reversed(internal):  # pattern order is topological: erase users before their inputs
+        if not old.users:
+            gm.graph.erase_node(old)

@@ -1,0 +1,409 @@
+"""A kernel library on disk, loaded into swappable operators.
+
+A library is a directory of entries as ``ksmith export RUN --target library -o DIR`` writes them:
+``DIR/<problem>/kernel.py`` (the evolved ``ModelNew``), ``problem.py`` (the reference ``Model`` it was evolved
+for) and ``entry.json`` (device, the module globals that set the size it was verified at, the shapes and dtypes
+of that size's inputs). Loading an entry:
+
+1. imports both files from disk (Triton reads kernel source with ``inspect``, so they stay real files);
+2. captures the reference ``Model.forward`` with Dynamo at the verified size: the pattern the backend looks for
+   in the user's Dynamo graph, whose placeholders are either forward inputs or the model's parameters/buffers;
+3. registers one ``torch.library.custom_op`` per entry (``kernelsmith::<problem>_<hash>``) that launches the
+   evolved kernel when its inputs have exactly the verified shapes, strides, dtypes and device, and runs the
+   reference otherwise;
+4. checks it: the kernel against the reference on fresh parameters and inputs (the problem's tolerances), and
+   ``torch.library.opcheck``.
+
+An entry that fails any step costs one warning line naming it and is left out; nothing here raises for a bad
+library, so a model always compiles.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import re
+import sys
+import threading
+import warnings
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+DEFAULT_LIBRARY = "ksmith-library"
+ENV_LIBRARY = "KSMITH_LIBRARY"
+
+_LOCK = threading.RLock()
+_OPS: dict[str, Any] = {}  # qualified op name -> the registered custom op (registration is process-wide)
+_CACHE: dict[tuple, Library] = {}
+
+
+class LibraryWarning(UserWarning):
+    """A library or one of its entries cannot be used; the model compiles without it."""
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One placeholder of an entry's pattern: a forward input (by position) or a parameter/buffer (by name),
+    with the exact tensor metadata the kernel was verified on."""
+
+    kind: str  # "input" or "param"
+    key: int | str
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    dtype: torch.dtype
+
+    def describe(self) -> str:
+        what = f"input {self.key}" if self.kind == "input" else f"parameter {self.key!r}"
+        return f"{what} {str(self.dtype).removeprefix('torch.')}{list(self.shape)}"
+
+
+@dataclass
+class Entry:
+    """A loaded, checked library entry: its pattern, its operator and what its guards accept."""
+
+    name: str
+    directory: Path
+    device_type: str
+    pattern: torch.fx.GraphModule
+    slots: list[Slot]
+    op: Any  # torch._ops.OpOverload
+    reference: torch.nn.Module
+    kernel: torch.nn.Module
+    calls: int = 0  # times the evolved kernel ran
+    fallbacks: int = 0  # times the guards sent a call to the reference instead
+
+    @property
+    def pattern_size(self) -> int:
+        return sum(1 for n in self.pattern.graph.nodes if n.op not in ("placeholder", "output"))
+
+    def accepts(self, tensors: Sequence[Any]) -> str | None:
+        """Why these runtime (or fake) tensors are outside what the kernel was verified on; None if inside."""
+        if len(tensors) != len(self.slots):
+            return f"{len(tensors)} tensors for {len(self.slots)} slots"
+        for slot, t in zip(self.slots, tensors):
+            if not isinstance(t, torch.Tensor):
+                return f"{slot.describe()}: not a tensor"
+            if t.device.type != self.device_type:
+                return f"{slot.describe()}: on {t.device.type}, verified on {self.device_type}"
+            if t.dtype != slot.dtype:
+                return f"{slot.describe()}: dtype {str(t.dtype).removeprefix('torch.')}"
+            if not all(isinstance(s, int) for s in (*t.shape, *t.stride())):
+                return f"{slot.describe()}: dynamic shape {list(t.shape)}"
+            if tuple(t.shape) != slot.shape:
+                return f"{slot.describe()}: shape {list(t.shape)}"
+            if tuple(t.stride()) != slot.stride:
+                return f"{slot.describe()}: strides {list(t.stride())}, verified {list(slot.stride)}"
+        return None
+
+
+@dataclass
+class Library:
+    """Usable entries, biggest pattern first, and the entries left out with why."""
+
+    directories: tuple[Path, ...]
+    entries: list[Entry] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)  # entry (or directory) -> reason
+
+
+def library_dirs(option: Any = None) -> list[Path]:
+    """The library directories to use: ``options={"library": ...}`` (a path or a list), else ``$KSMITH_LIBRARY``
+    (``os.pathsep``-separated), else ``./ksmith-library``."""
+    if option is None:
+        option = os.environ.get(ENV_LIBRARY) or DEFAULT_LIBRARY
+    if isinstance(option, (str, os.PathLike)):
+        parts: Iterable[Any] = str(option).split(os.pathsep)
+    else:
+        parts = option
+    return [Path(p).expanduser() for p in parts if str(p)]
+
+
+def load_library(directories: Any = None, *, explicit: bool = True) -> Library:
+    """Load (once per directory state) the entries of one or several library directories.
+
+    A missing or unreadable directory is one warning when it was asked for (``explicit``); the default
+    location may simply not exist.
+    """
+    dirs = tuple(library_dirs(directories))
+    key = tuple((str(d.resolve()), _dir_state(d)) for d in dirs)
+    with _LOCK:
+        if key in _CACHE:
+            return _CACHE[key]
+        library = Library(dirs)
+        for directory in dirs:
+            _load_directory(library, directory, explicit)
+        library.entries.sort(key=lambda e: -e.pattern_size)  # the largest patterns claim nodes first
+        _CACHE[key] = library
+        return library
+
+
+def _dir_state(directory: Path) -> tuple:
+    try:
+        return tuple(
+            (p.name, p.stat().st_mtime_ns, p.stat().st_size)
+            for sub in sorted(directory.iterdir())
+            if sub.is_dir()
+            for p in sorted(sub.iterdir())
+        )
+    except OSError:
+        return ()
+
+
+def _warn(message: str) -> None:
+    warnings.warn(message, LibraryWarning, stacklevel=4)
+
+
+def _load_directory(library: Library, directory: Path, explicit: bool) -> None:
+    try:
+        subdirs = sorted(p for p in directory.iterdir() if (p / "entry.json").is_file())
+    except OSError as exc:
+        reason = "does not exist" if not directory.exists() else f"cannot be read ({exc.strerror or exc})"
+        library.skipped[str(directory)] = f"library {reason}"
+        if explicit or directory.exists():
+            _warn(f"kernelsmith: library {directory} {reason}; compiling without it")
+        return
+    for sub in subdirs:
+        try:
+            entry = load_entry(sub)
+        except EntryUnavailable as exc:  # fine here, just not usable on this machine
+            library.skipped[sub.name] = str(exc)
+        except Exception as exc:  # noqa: BLE001 - any failure of an entry leaves that entry out, never the model
+            message = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+            library.skipped[sub.name] = message
+            _warn(f"kernelsmith: library entry {sub.name} ({sub}) skipped: {message}")
+        else:
+            library.entries.append(entry)
+
+
+class EntryError(Exception):
+    """An entry that is broken: it is skipped with a warning."""
+
+
+class EntryUnavailable(Exception):
+    """An entry that is fine but cannot run here (another device): skipped silently, shown in the report."""
+
+
+def _import_file(path: Path, module_name: str, sizes: dict[str, Any] | None = None) -> Any:
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:
+        raise EntryError(f"{path.name} cannot be imported")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module  # Triton's jit resolves globals through the module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:
+        sys.modules.pop(module_name, None)
+        raise EntryError(f"{path.name} fails to import: {type(exc).__name__}: {exc}") from exc
+    for name, value in (sizes or {}).items():
+        setattr(module, name, value)
+    return module
+
+
+def load_entry(directory: Path) -> Entry:
+    """Load and check one entry directory (raises EntryError / EntryUnavailable)."""
+    name = directory.name
+    try:
+        meta = json.loads((directory / "entry.json").read_text(encoding="utf-8"))
+        kernel_source = (directory / "kernel.py").read_text(encoding="utf-8")
+        problem_file = directory / str(meta.get("problem_file") or "problem.py")
+        problem_source = problem_file.read_text(encoding="utf-8")
+    except FileNotFoundError as exc:
+        raise EntryError(
+            f"{Path(exc.filename).name} is missing (re-export the run with this ksmith)"
+        ) from exc
+    except (OSError, ValueError) as exc:
+        raise EntryError(f"unreadable: {exc}") from exc
+    if not isinstance(meta, dict):
+        raise EntryError("entry.json is not an object")
+    device_type = str(meta.get("device") or "cpu")
+    if device_type == "cuda" and not torch.cuda.is_available():
+        raise EntryUnavailable("verified on cuda; no CUDA device here")
+    if device_type == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
+        raise EntryUnavailable("verified on the CPU (Triton interpreter); TRITON_INTERPRET=1 is not set")
+    sizes = meta.get("sizes") or {}
+    digest = hashlib.sha256(
+        "\0".join([kernel_source, problem_source, json.dumps(sizes, sort_keys=True)]).encode()
+    ).hexdigest()[:12]
+    slug = re.sub(r"\W", "_", name)
+    problem = _import_file(problem_file, f"ksmith_library_{slug}_{digest}_problem", sizes)
+    kernel_module = _import_file(directory / "kernel.py", f"ksmith_library_{slug}_{digest}_kernel")
+    for module, wanted in (
+        (problem, ("Model", "get_inputs", "get_init_inputs")),
+        (kernel_module, ("ModelNew",)),
+    ):
+        missing = [w for w in wanted if not hasattr(module, w)]
+        if missing:
+            raise EntryError(f"{Path(module.__file__).name} defines no {', '.join(missing)}")
+
+    device = torch.device(device_type)
+    with torch.device(device):
+        torch.manual_seed(0)
+        init = list(problem.get_init_inputs())
+        reference = problem.Model(*init).to(device).eval()
+        torch.manual_seed(0)
+        kernel = kernel_module.ModelNew(*init).to(device).eval()
+        torch.manual_seed(1)
+        inputs = list(problem.get_inputs())
+    inputs = [v.to(device) if isinstance(v, torch.Tensor) else v for v in inputs]
+    verified = meta.get("verified_inputs")
+    if verified is not None:
+        seen = [
+            {"shape": list(v.shape), "dtype": str(v.dtype).removeprefix("torch.")}
+            if isinstance(v, torch.Tensor)
+            else {"value": repr(v)}
+            for v in inputs
+        ]
+        if seen != verified:
+            raise EntryError(f"problem.py makes inputs {seen}, the entry was verified on {verified}")
+
+    pattern, slots = capture_pattern(reference, inputs)
+    kernel_state = dict(kernel.named_parameters()) | dict(kernel.named_buffers())
+    missing = [s.key for s in slots if s.kind == "param" and s.key not in kernel_state]
+    if missing:
+        raise EntryError(f"ModelNew has no parameter/buffer {missing[0]!r} that Model has")
+
+    entry = Entry(name, directory, device_type, pattern, slots, None, reference, kernel)
+    entry.op = _register_op(entry, f"{slug}_{digest}")
+    _check(entry, problem_file, name)
+    return entry
+
+
+def capture_pattern(model: torch.nn.Module, inputs: list[Any]) -> tuple[torch.fx.GraphModule, list[Slot]]:
+    """Dynamo's graph of ``model(*inputs)`` and what each of its placeholders is.
+
+    Captured with Dynamo (not ``symbolic_trace``) so node targets and keyword arguments are the ones Dynamo
+    writes in the user's graph; static shapes, under ``no_grad`` as inference runs.
+    """
+    box: dict[str, Any] = {}
+
+    def grab(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
+        box["gm"], box["examples"] = gm, list(example_inputs)
+        return gm.forward
+
+    with torch.no_grad():
+        try:
+            torch.compile(model, backend=grab, fullgraph=True, dynamic=False)(*inputs)
+        except Exception as exc:
+            first = (str(exc).strip().splitlines() or [""])[0][:200]
+            raise EntryError(f"Dynamo cannot capture Model.forward in one graph: {first}") from exc
+    gm, examples = box["gm"], box["examples"]
+    named = dict(model.named_parameters()) | dict(model.named_buffers())
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    if len(placeholders) != len(examples):
+        raise EntryError("Dynamo's pattern has placeholders it gave no example for")
+    slots = []
+    for node, example in zip(placeholders, examples):
+        key: int | str | None = next((i for i, v in enumerate(inputs) if v is example), None)
+        kind = "input"
+        if key is None:
+            key = next((k for k, v in named.items() if v is example), None)
+            kind = "param"
+        if key is None or not isinstance(example, torch.Tensor):
+            raise EntryError(f"pattern input {node.name} is neither a forward input nor a parameter")
+        slots.append(Slot(kind, key, tuple(example.shape), tuple(example.stride()), example.dtype))
+    outputs = next(n for n in gm.graph.nodes if n.op == "output").args[0]
+    if not (
+        isinstance(outputs, (tuple, list)) and len(outputs) == 1 and isinstance(outputs[0], torch.fx.Node)
+    ):
+        raise EntryError("Model.forward must return one tensor")
+    if outputs[0].op == "placeholder":
+        raise EntryError("Model.forward returns an input unchanged")
+    return gm, slots
+
+
+def _split(entry: Entry, args: Sequence[torch.Tensor]) -> tuple[list[Any], dict[str, torch.Tensor]]:
+    inputs: dict[int, Any] = {}
+    state: dict[str, torch.Tensor] = {}
+    for slot, arg in zip(entry.slots, args):
+        if slot.kind == "input":
+            inputs[int(slot.key)] = arg
+        else:
+            state[str(slot.key)] = arg
+    return [inputs[i] for i in sorted(inputs)], state
+
+
+def _register_op(entry: Entry, op_name: str) -> Any:
+    qualified = f"kernelsmith::{op_name}"
+    with _LOCK:
+        if qualified in _OPS:
+            custom = _OPS[qualified]
+            custom._ksmith_entry[0] = entry  # the same files loaded again: the op now calls this load
+            return custom._opoverload
+        holder = [entry]
+
+        def run(*args: torch.Tensor) -> torch.Tensor:
+            current = holder[0]
+            inputs, state = _split(current, args)
+            if current.accepts(args) is None:
+                current.calls += 1
+                out = torch.func.functional_call(current.kernel, state, tuple(inputs))
+            else:  # outside what the kernel was verified on: the reference computes it
+                current.fallbacks += 1
+                out = torch.func.functional_call(current.reference, state, tuple(inputs))
+            return out.clone() if any(out is a for a in args) else out
+
+        def fake(*args: torch.Tensor) -> torch.Tensor:
+            inputs, state = _split(holder[0], args)
+            out = torch.func.functional_call(holder[0].reference, state, tuple(inputs))
+            return out.new_empty(out.shape)  # contiguous, as the kernel's output is checked to be
+
+        schema = "(" + ", ".join(f"Tensor a{i}" for i in range(len(entry.slots))) + ") -> Tensor"
+        custom = torch.library.custom_op(qualified, run, mutates_args=(), schema=schema)
+        custom.register_fake(fake)
+        custom._ksmith_entry = holder
+        _OPS[qualified] = custom
+        return custom._opoverload
+
+
+def _check(entry: Entry, problem_file: Path, name: str) -> None:
+    """The kernel through its operator against the reference, on parameters and inputs it has not seen."""
+    from ksmith_core.loading import load_problem
+
+    try:
+        tolerances = load_problem(problem_file, name)
+    except Exception:  # noqa: BLE001 - tolerances only; the defaults apply
+        tolerances = None
+    args = []
+    gen = torch.Generator().manual_seed(2)
+    for slot in entry.slots:
+        base = torch.randn(slot.shape, generator=gen, dtype=torch.float32)
+        if slot.dtype.is_floating_point:
+            value = base.to(slot.dtype)
+        else:
+            value = (base * 4).to(slot.dtype)
+        args.append(torch.as_strided(value.contiguous(), slot.shape, slot.stride).to(entry.device_type))
+    if entry.accepts(args) is not None:
+        raise EntryError(f"check inputs rejected by the entry's own guards: {entry.accepts(args)}")
+    with torch.no_grad():
+        before = entry.calls
+        got = entry.op(*args)
+        if entry.calls != before + 1:
+            raise EntryError("the evolved kernel did not run on its verified inputs")
+        inputs, state = _split(entry, args)
+        want = torch.func.functional_call(entry.reference, state, tuple(inputs))
+    if not isinstance(got, torch.Tensor) or got.shape != want.shape or got.dtype != want.dtype:
+        raise EntryError(f"kernel returns {_describe(got)} where the reference returns {_describe(want)}")
+    if not got.is_contiguous():
+        raise EntryError("kernel returns a non-contiguous tensor")
+    dtype_name = str(want.dtype).removeprefix("torch.")
+    tol = tolerances.tolerance_for(dtype_name) if tolerances is not None else None
+    atol, rtol = (tol.atol, tol.rtol) if tol is not None else (1e-4, 1e-4)
+    if not torch.allclose(got.float(), want.float(), atol=atol, rtol=rtol, equal_nan=True):
+        diff = (got.float() - want.float()).abs().max().item()
+        raise EntryError(f"kernel disagrees with its reference (max abs diff {diff:.3g}, atol {atol:g})")
+    report = torch.library.opcheck(entry.op, tuple(args))
+    failed = [k for k, v in report.items() if v != "SUCCESS"]
+    if failed:
+        raise EntryError(f"torch.library.opcheck failed: {failed[0]}: {str(report[failed[0]])[:200]}")
+    entry.calls = 0  # count only the model's calls
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"{str(value.dtype).removeprefix('torch.')}{list(value.shape)}"
+    return type(value).__name__

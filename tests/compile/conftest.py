@@ -1,0 +1,46 @@
+"""A kernel library made by a real, short ksmith run: ``ksmith evolve`` on the Triton interpreter, then
+``ksmith export --target library``; shared by the tests of this directory."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+DATA = Path(__file__).parent / "data"
+
+
+def ksmith(*args: object, cwd: Path | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
+    exe = shutil.which("ksmith", path=str(Path(sys.executable).parent))
+    cmd = [exe] if exe else [sys.executable, "-c", "from ksmith_core.cli import main; main()"]
+    return subprocess.run(
+        [*cmd, *map(str, args)], capture_output=True, text=True, timeout=600, cwd=cwd, env=env
+    )
+
+
+@pytest.fixture(scope="session")
+def library_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``OUT/llama_rmsnorm/{kernel.py,problem.py,entry.json}``: Llama's RMSNorm at the tiny decoder's shapes."""
+    root = tmp_path_factory.mktemp("library")
+    run = root / "run"
+    proc = ksmith(
+        "evolve", DATA / "llama_rmsnorm.py", "--budget", "2", "--device", "cpu", "--run-dir", run, "--json"
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["best"]["status"] == "ok"
+    lib = root / "lib"
+    proc = ksmith("export", run, "--target", "library", "-o", lib)
+    assert proc.returncode == 0, proc.stderr
+    return lib
+
+
+@pytest.fixture
+def library_copy(library_dir: Path, tmp_path: Path) -> Path:
+    """A private copy of the library, for tests that break it."""
+    copy = tmp_path / "lib"
+    shutil.copytree(library_dir, copy)
+    return copy

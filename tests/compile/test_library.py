@@ -1,0 +1,166 @@
+"""Loading a kernel library: what an entry carries, its check when loaded, its guards, bad libraries."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import pytest
+import torch
+
+from ksmith_compile import LibraryWarning, load_library, swap_regions
+from ksmith_compile.library import DEFAULT_LIBRARY, library_dirs
+
+from .conftest import DATA
+from .helpers import dynamo_graph, tiny_llama, triton_launches
+
+pytestmark = pytest.mark.slow  # every test here loads an entry: a Dynamo capture, a check and opcheck
+
+
+def test_exported_entry_carries_its_problem_and_the_inputs_it_was_verified_on(library_dir):
+    entry_dir = library_dir / "llama_rmsnorm"
+    assert (entry_dir / "problem.py").read_text() == (DATA / "llama_rmsnorm.py").read_text()
+    meta = json.loads((entry_dir / "entry.json").read_text())
+    assert meta["problem_file"] == "problem.py"
+    assert meta["device"] == "cpu"
+    assert meta["verified_inputs"] == [{"shape": [2, 8, 64], "dtype": "float32"}]
+    assert meta["verdict"]["status"] == "ok"
+
+
+def test_a_good_library_loads_with_no_warning(library_dir):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", LibraryWarning)
+        library = load_library(library_dir)
+    assert [e.name for e in library.entries] == ["llama_rmsnorm"] and library.skipped == {}
+    entry = library.entries[0]
+    assert [(s.kind, s.key, s.shape) for s in entry.slots] == [
+        ("input", 0, (2, 8, 64)),
+        ("param", "weight", (64,)),
+    ]
+
+
+def test_the_operator_runs_the_kernel_inside_its_guards_and_the_reference_outside(library_dir):
+    entry = load_library(library_dir).entries[0]
+    weight = torch.randn(64)
+    for shape, dtype, expect_kernel in (
+        ((2, 8, 64), torch.float32, True),
+        ((3, 8, 64), torch.float32, False),
+        ((2, 8, 64), torch.float64, False),
+    ):
+        x = torch.randn(shape, dtype=dtype)
+        weight = weight.to(dtype)
+        with torch.no_grad(), triton_launches(entry) as launched:
+            got = entry.op(x, weight)
+            want = torch.func.functional_call(entry.reference, {"weight": weight}, (x,))
+        assert bool(launched) is expect_kernel
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    x = torch.randn(64, 8, 2).transpose(0, 2)  # the verified shape, not the verified strides
+    with torch.no_grad(), triton_launches(entry) as launched:
+        got = entry.op(x, weight)
+    assert launched == []
+    torch.testing.assert_close(got, torch.func.functional_call(entry.reference, {"weight": weight}, (x,)))
+
+
+@pytest.mark.parametrize("change, expect", [("shape", "shape [3, 8, 64]"), ("grad", "output requires grad")])
+def test_a_match_outside_the_guards_is_left_alone_with_the_reason(library_dir, change, expect):
+    library = load_library(library_dir)
+    model, (ids,) = tiny_llama()
+    if change == "shape":
+        ids = torch.randint(0, 128, (3, 8))
+    with torch.set_grad_enabled(change == "grad"):
+        gm, _ = dynamo_graph(model, ids)
+        regions = swap_regions(gm, library)
+    assert len(regions) == 3  # the layer's two norms and the final one: matched, none swapped
+    assert not any(r.swapped for r in regions)
+    assert all(expect in r.reason for r in regions), [r.reason for r in regions]
+    assert not any(n.target == library.entries[0].op for n in gm.graph.nodes)
+
+
+def test_another_dtype_is_not_swapped(library_dir):
+    library = load_library(library_dir)
+    model, (ids,) = tiny_llama()
+    with torch.no_grad():
+        gm, _ = dynamo_graph(model.double(), ids)
+        regions = swap_regions(gm, library)
+    # Llama's norm casts back to the input dtype, so a float64 graph differs from the pattern by a literal.
+    assert [(r.swapped, r.reason) for r in regions] == [(False, "no match in this graph")]
+
+
+def test_an_eps_that_differs_does_not_match(library_dir):
+    library = load_library(library_dir)
+    model, (ids,) = tiny_llama()
+    for module in model.modules():
+        if hasattr(module, "variance_epsilon"):
+            module.variance_epsilon = 1e-5
+    with torch.no_grad():
+        gm, _ = dynamo_graph(model, ids)
+        regions = swap_regions(gm, library)
+    assert [(r.region, r.swapped, r.reason) for r in regions] == [
+        ("llama_rmsnorm", False, "no match in this graph")
+    ]
+
+
+def test_library_location_from_options_then_environment_then_default(monkeypatch, tmp_path):
+    monkeypatch.delenv("KSMITH_LIBRARY", raising=False)
+    assert library_dirs() == [library_dirs(DEFAULT_LIBRARY)[0]]
+    monkeypatch.setenv("KSMITH_LIBRARY", f"{tmp_path / 'a'}:{tmp_path / 'b'}")
+    assert library_dirs() == [tmp_path / "a", tmp_path / "b"]
+    assert library_dirs(str(tmp_path / "c")) == [tmp_path / "c"]
+    assert library_dirs([tmp_path / "d"]) == [tmp_path / "d"]
+
+
+def _one_warning(record, *fragments):
+    messages = [str(w.message) for w in record if issubclass(w.category, LibraryWarning)]
+    assert len(messages) == 1, messages
+    assert "\n" not in messages[0]
+    for fragment in fragments:
+        assert fragment in messages[0], messages[0]
+
+
+def test_a_missing_library_directory_is_one_warning(tmp_path):
+    with pytest.warns(LibraryWarning) as record:
+        library = load_library(tmp_path / "nowhere")
+    _one_warning(record, "nowhere", "does not exist")
+    assert library.entries == []
+
+
+def test_the_default_location_may_be_missing_silently(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", LibraryWarning)
+        library = load_library(None, explicit=False)
+    assert library.entries == []
+
+
+@pytest.mark.parametrize(
+    "breakage, fragment",
+    [
+        ("wrong_result", "disagrees with its reference"),
+        ("no_problem", "problem.py is missing"),
+        ("syntax_error", "kernel.py fails to import"),
+        ("bad_json", "unreadable"),
+        ("other_shapes", "was verified on"),
+    ],
+)
+def test_a_broken_entry_is_one_warning_naming_it_and_is_left_out(library_copy, breakage, fragment):
+    entry_dir = library_copy / "llama_rmsnorm"
+    kernel = entry_dir / "kernel.py"
+    if breakage == "wrong_result":
+        source = kernel.read_text()
+        kernel.write_text(
+            source.replace("tl.sum(x * x, axis=0) / n_cols", "tl.sum(x * x, axis=0) / n_cols * 1.02")
+        )
+        assert kernel.read_text() != source, "the mutated kernel changed where this test breaks it"
+    elif breakage == "no_problem":
+        (entry_dir / "problem.py").unlink()
+    elif breakage == "syntax_error":
+        kernel.write_text(kernel.read_text() + "\ndef broken(:\n")
+    elif breakage == "bad_json":
+        (entry_dir / "entry.json").write_text("{not json")
+    elif breakage == "other_shapes":
+        problem = entry_dir / "problem.py"
+        problem.write_text(problem.read_text().replace("seq_len = 8", "seq_len = 4"))
+    with pytest.warns(LibraryWarning) as record:
+        library = load_library(library_copy)
+    _one_warning(record, "llama_rmsnorm", fragment)
+    assert library.entries == [] and list(library.skipped) == ["llama_rmsnorm"]
