@@ -1,0 +1,698 @@
+"""``ksmith patch``: a run's best kernel, written back into the upstream module it came from.
+
+The codemod (libcst) keeps the public launcher and its signature. What the evolved candidate changed (the
+launcher, kernels, helpers) is added to the module under ``*_evolved`` names, together with a predicate over
+the launcher's arguments that says which calls the run verified: the configuration the problem exercised
+(its dtypes and the scalar settings). The launcher sends those calls to the evolved path and every other
+call down upstream's original code, unchanged below it. Alongside the patch come a test in the upstream's
+layout and style comparing the two paths over an edge-case sweep, a micro-benchmark, and ``PR.md``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import libcst as cst
+
+from ksmith_upstream.extract import Extraction, _defined_names, _reads, extract
+from ksmith_upstream.importer import call_parameters, read_provenance
+from ksmith_upstream.recipes import Recipe, recipe_for
+from ksmith_upstream.source import Project, UpstreamError, UpstreamSource, sha256_of
+
+HARNESS_NAMES = frozenset({"ModelNew", "call"})
+_code = cst.Module(body=[]).code_for_node
+
+
+@dataclass
+class RunFacts:
+    """What the patch and PR.md take from a run."""
+
+    run: str
+    provenance: dict
+    source: str  # the best candidate's source
+    candidate_id: str
+    verdict: object
+    seed_verdict: object | None
+    evaluations: int
+    proposer: str
+    versions: dict
+
+
+def load_run(run: str) -> RunFacts:
+    from ksmith_core.store import RunStore, resolve_run
+
+    run_dir = resolve_run(run)
+    with RunStore.open(run_dir) as store:
+        provenance = read_provenance(store.problem_path.read_text(encoding="utf-8"), f"run {run}")
+        best = store.best()
+        if best is None or not best[1].correct:
+            raise UpstreamError(f"run {run} has no correct candidate; there is nothing to patch")
+        candidate, verdict = best
+        meta = store.meta()
+        seed = store.get(meta["seed_id"]) if meta.get("seed_id") else None
+        manifest = store.manifest()
+        return RunFacts(
+            run=run_dir.name,
+            provenance=provenance,
+            source=candidate.source,
+            candidate_id=candidate.id,
+            verdict=verdict,
+            seed_verdict=seed[1] if seed else None,
+            evaluations=store.count_evaluations(),
+            proposer=str(meta.get("config", {}).get("proposer") or "mutate"),
+            versions=dict(manifest.get("versions", {})),
+        )
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The codemod
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _private(name: str) -> str:
+    return name if name.startswith("_") else "_" + name
+
+
+class _Rename(cst.CSTTransformer):
+    def __init__(self, names: dict[str, str]) -> None:
+        self.names = names
+
+    def leave_Name(self, original: cst.Name, updated: cst.Name) -> cst.Name:
+        return (
+            updated.with_changes(value=self.names[updated.value]) if updated.value in self.names else updated
+        )
+
+    def visit_Attribute(self, node: cst.Attribute) -> bool:
+        return True
+
+    def leave_Attribute(self, original: cst.Attribute, updated: cst.Attribute) -> cst.Attribute:
+        return updated.with_changes(attr=original.attr)  # only the object of ``a.b`` may be renamed
+
+    def leave_Arg(self, original: cst.Arg, updated: cst.Arg) -> cst.Arg:
+        return updated.with_changes(keyword=original.keyword)
+
+
+class _SingleQuotes(cst.CSTTransformer):
+    """LMDeploy's pre-commit runs double-quote-string-fixer: plain strings use single quotes."""
+
+    def leave_SimpleString(self, original: cst.SimpleString, updated: cst.SimpleString) -> cst.SimpleString:
+        value = updated.value
+        prefix = value[: len(value) - len(value.lstrip("rbuRBU"))]
+        body = value[len(prefix) :]
+        if body.startswith('"') and not body.startswith('"""') and "'" not in body and "\\" not in body:
+            return updated.with_changes(value=prefix + "'" + body[1:-1] + "'")
+        return updated
+
+
+@dataclass
+class Codemod:
+    new_module: str
+    evolved_launcher: str
+    applies_fn: str
+    changed: list[str]  # upstream names whose evolved versions were added
+
+
+def _docstring(text: str) -> cst.SimpleStatementLine:
+    return cst.SimpleStatementLine([cst.Expr(cst.SimpleString(f'"""{text}"""'))])
+
+
+def codemod(ex: Extraction, recipe: Recipe, candidate_source: str, sizes: dict) -> Codemod:
+    try:
+        cand = cst.parse_module(candidate_source)
+    except cst.ParserSyntaxError as exc:
+        raise UpstreamError("the run's best candidate does not parse") from exc
+    upstream_code = {n: _code(d.node).strip() for d in ex.definitions for n in d.names}
+    module_tree = cst.parse_module(ex.file.read_text(encoding="utf-8"))
+    module_bound = {n for stmt in module_tree.body for n in _defined_names(stmt)}
+    cand_imports: dict[str, str] = {}
+    stmts: list[tuple[tuple[str, ...], cst.CSTNode]] = []
+    for stmt in cand.body:
+        if isinstance(stmt, cst.SimpleStatementLine) and isinstance(
+            stmt.body[0], (cst.Import, cst.ImportFrom)
+        ):
+            for small in stmt.body:
+                for alias in small.names if not isinstance(small.names, cst.ImportStar) else []:
+                    bound = alias.asname.name if alias.asname else alias.name
+                    key = _code(bound).split(".")[0]
+                    cand_imports[key] = _code(cst.SimpleStatementLine([small])).strip()
+            continue
+        names = tuple(_defined_names(stmt))
+        if not names or set(names) & HARNESS_NAMES or any(n.startswith("KSMITH_") for n in names):
+            continue
+        stmts.append((names, stmt))
+    for stmt in module_tree.body:
+        if isinstance(stmt, cst.SimpleStatementLine) and isinstance(
+            stmt.body[0], (cst.Import, cst.ImportFrom)
+        ):
+            for small in stmt.body:
+                for alias in small.names if not isinstance(small.names, cst.ImportStar) else []:
+                    module_bound.add(_code(alias.asname.name if alias.asname else alias.name).split(".")[0])
+
+    by_name = {n: (names, stmt) for names, stmt in stmts for n in names}
+    if ex.launcher not in by_name or not isinstance(by_name[ex.launcher][1], cst.FunctionDef):
+        raise UpstreamError(f"the run's best candidate defines no {ex.launcher}; cannot map it back upstream")
+    launcher_node = by_name[ex.launcher][1]
+    if _code(launcher_node.params) != _code(ex.function.params):
+        raise UpstreamError(
+            f"the evolved {ex.launcher} changed its signature; the patch must keep upstream's"
+        )
+
+    changed = {n for names, stmt in stmts for n in names if upstream_code.get(n) != _code(stmt).strip()}
+    if not changed:
+        raise UpstreamError(
+            f"the run's best candidate is upstream's {ex.launcher} unchanged; there is nothing to patch"
+        )
+    included = set(changed)
+    grew = True
+    while grew:  # whatever reads an included definition is included too, up to the launcher
+        grew = False
+        for names, stmt in stmts:
+            if not set(names) <= included and _reads(stmt) & included:
+                included.update(names)
+                grew = True
+    if ex.launcher not in included:
+        raise UpstreamError(
+            f"what the candidate changed is not used by {ex.launcher}; there is nothing to patch"
+        )
+
+    renames = {}
+    for name in sorted(included):
+        if name == ex.launcher or name in module_bound:
+            renames[name] = _private(name) + "_evolved"
+    evolved_launcher = renames[ex.launcher]
+    added: list[cst.CSTNode] = []
+    needed_imports: list[str] = []
+    for names, stmt in stmts:
+        if not set(names) & included:
+            continue
+        node = stmt.visit(_Rename(renames))
+        if isinstance(node, cst.FunctionDef) and names == (ex.launcher,):
+            doc = f"Evolved fast path of ``{ex.launcher}``.\n\n    Called only for inputs ``{applies_name(ex)}`` accepts.\n    "
+            body = list(node.body.body)
+            if (
+                body
+                and isinstance(body[0], cst.SimpleStatementLine)
+                and isinstance(body[0].body[0], cst.Expr)
+            ):
+                if isinstance(body[0].body[0].value, (cst.SimpleString, cst.ConcatenatedString)):
+                    body = body[1:]
+            node = node.with_changes(body=node.body.with_changes(body=[_docstring(doc), *body]))
+        for read in sorted(_reads(node)):
+            if read in cand_imports and read not in module_bound and cand_imports[read] not in needed_imports:
+                needed_imports.append(cand_imports[read])
+        added.append(node)
+
+    params = ex.parameters()
+    conditions = [c.format(**sizes) for c in recipe.applies]
+    used = set().union(*(_reads(cst.parse_expression(c)) for c in conditions)) if conditions else set()
+    applies_params = [p for p in params if p in used]
+    applies_src = (
+        f"def {applies_name(ex)}({', '.join(applies_params)}):\n"
+        f'    """Whether a call is one the evolved kernel was verified on; others take the original path."""\n'
+        f"    return (\n        " + "\n        and ".join(conditions) + "\n    )\n"
+    )
+    added.append(cst.parse_statement(applies_src))
+    project = ex.source.project
+    added_code = "\n\n".join(_code(n) for n in added)
+    added = list(cst.parse_module(format_snippet(project, added_code)).body)
+    call_src = (
+        f"if {applies_name(ex)}({', '.join(f'{p}={p}' for p in applies_params)}):\n"
+        f"    return {evolved_launcher}({', '.join(f'{p}={p}' for p in params)})\n"
+    )
+    dispatch = cst.parse_statement(format_snippet(project, call_src, indent=4))
+
+    class Insert(cst.CSTTransformer):
+        def leave_Module(self, original: cst.Module, updated: cst.Module) -> cst.Module:
+            body = list(updated.body)
+            index = next(
+                i
+                for i, s in enumerate(body)
+                if isinstance(s, cst.FunctionDef) and s.name.value == ex.launcher
+            )
+            public = body[index]
+            inner = list(public.body.body)
+            at = (
+                1
+                if inner and isinstance(inner[0], cst.SimpleStatementLine) and _is_docstring(inner[0])
+                else 0
+            )
+            inner.insert(at, dispatch)
+            body[index] = public.with_changes(body=public.body.with_changes(body=inner))
+            spaced = [n.with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()]) for n in added]
+            body[index:index] = spaced
+            if needed_imports:
+                last = max(
+                    i
+                    for i, s in enumerate(body)
+                    if isinstance(s, cst.SimpleStatementLine)
+                    and isinstance(s.body[0], (cst.Import, cst.ImportFrom))
+                )
+                body[last + 1 : last + 1] = [cst.parse_statement(line + "\n") for line in needed_imports]
+            return updated.with_changes(body=body)
+
+    new = module_tree.visit(Insert())
+    return Codemod(new.code, evolved_launcher, applies_name(ex), sorted(n for n in changed))
+
+
+def _is_docstring(stmt: cst.SimpleStatementLine) -> bool:
+    first = stmt.body[0]
+    return isinstance(first, cst.Expr) and isinstance(first.value, (cst.SimpleString, cst.ConcatenatedString))
+
+
+def applies_name(ex: Extraction) -> str:
+    return _private(ex.launcher) + "_evolved_applies"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Formatting as upstream's pre-commit would
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def format_snippet(project: Project, code: str, indent: int = 0) -> str:
+    """Code the codemod adds, formatted as the project's pre-commit would (upstream's own lines are not touched).
+
+    SGLang runs black (88 columns) and isort; LMDeploy runs ruff and double-quote-string-fixer (single quotes).
+    Without black installed the SGLang code is left as it is and ``formatting_note`` says so.
+    """
+    if project.name == "sglang":
+        try:
+            import black
+        except ImportError:
+            return code
+        return black.format_str(code, mode=black.Mode(line_length=88 - indent))
+    code = cst.parse_module(code).visit(_SingleQuotes()).code
+    return _ruff_format(code, 120 - indent) or code
+
+
+def _ruff_format(code: str, line_length: int) -> str | None:
+    """``ruff format`` with LMDeploy's settings (120 columns, single quotes); None when ruff is missing."""
+    cmd = [
+        sys.executable, "-m", "ruff", "format", "--isolated", "--line-length", str(line_length),
+        "--config", "format.quote-style='single'", "-",
+    ]  # fmt: skip
+    try:
+        proc = subprocess.run(cmd, input=code, capture_output=True, text=True, check=False, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return proc.stdout if proc.returncode == 0 else None
+
+
+def format_file(project: Project, code: str) -> str:
+    """A new file (test, benchmark) formatted as the project's pre-commit would."""
+    if project.name == "sglang":
+        try:
+            import isort
+        except ImportError:
+            return format_snippet(project, code)
+        code = isort.code(code, profile="black", known_first_party=["sglang"])
+    return format_snippet(project, code)
+
+
+def formatting_note(project: Project) -> str:
+    if project.name == "sglang":
+        try:
+            import black
+            import isort
+        except ImportError:
+            return "not formatted: black and isort are not installed where the patch was made"
+        return f"added code formatted with black {black.__version__}, new files also with isort {isort.__version__}"
+    if _ruff_format("x = 1\n", 120) is None:
+        return (
+            "added code uses single quotes but is not wrapped: ruff is not installed where the patch was made"
+        )
+    return "added code formatted with ruff format (120 columns, single quotes); upstream lines are untouched"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Generated test, benchmark, PR.md
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _cases(recipe: Recipe, sizes: dict) -> list[dict]:
+    cases = [{**sizes, **case} for case in recipe.cases]
+    return [*cases, dict(sizes)] if dict(sizes) not in cases else cases
+
+
+def _module_import(ex: Extraction) -> tuple[str, str]:
+    package, _, leaf = ex.module.rpartition(".")
+    return f"from {package} import {leaf}", leaf
+
+
+def _shared(recipe: Recipe) -> str:
+    return recipe.make_inputs.strip("\n") + "\n\n\n" + recipe.call.strip("\n") + "\n"
+
+
+def render_sglang_test(ex: Extraction, recipe: Recipe, sizes: dict, mod: Codemod) -> str:
+    import_line, leaf = _module_import(ex)
+    tensors, config = call_parameters(recipe), list(recipe.config)
+    cls = "Test" + "".join(p.title() for p in ex.launcher.split("_")) + "Evolved"
+    tol = recipe.tolerances.get("float32", [1e-5, 1e-5])
+    return f'''import unittest
+from unittest import mock
+
+import torch
+
+{import_line}
+from sglang.test.ci.ci_register import register_cuda_ci
+from sglang.test.test_utils import CustomTestCase
+
+register_cuda_ci(est_time=30, suite="stage-b-test-small-1-gpu")
+
+CONFIG = {config!r}
+CASES = {_cases(recipe, sizes)!r}
+
+
+{_shared(recipe)}
+
+def original_path(*args, **kwargs):
+    """Upstream's original code path, with the evolved fast path switched off."""
+    with mock.patch.object({leaf}, "{mod.applies_fn}", return_value=False):
+        return {leaf}.{ex.launcher}(*args, **kwargs)
+
+
+class {cls}(CustomTestCase):
+    def _inputs(self, case):
+        torch.manual_seed(0)
+        sizes = {{k: case[k] for k in case}}
+        inputs = [t.to("cuda") for t in make_inputs(**sizes)]
+        return inputs, {{k: case[k] for k in CONFIG}}
+
+    def test_matches_original_path(self):
+        for case in CASES:
+            with self.subTest(**case):
+                inputs, config = self._inputs(case)
+                expected = call(original_path, *inputs, **config)
+                got = call({leaf}.{ex.launcher}, *inputs, **config)
+                for want, have in zip(expected, got):
+                    if want.is_floating_point():
+                        torch.testing.assert_close(have, want, atol={tol[0]}, rtol={tol[1]})
+                    else:
+                        self.assertTrue(torch.equal(have, want))
+
+    def test_fast_path_taken(self):
+        inputs, config = self._inputs(CASES[-1])
+        fast = {leaf}.{mod.evolved_launcher}
+        with mock.patch.object({leaf}, "{mod.evolved_launcher}", wraps=fast) as spy:
+            call({leaf}.{ex.launcher}, *inputs, **config)
+        spy.assert_called_once()
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=3)
+'''.replace("{tensors}", ", ".join(tensors))
+
+
+def render_lmdeploy_test(ex: Extraction, recipe: Recipe, sizes: dict, mod: Codemod) -> str:
+    import_line, leaf = _module_import(ex)
+    cls = "Test" + "".join(p.title() for p in ex.launcher.split("_")) + "Evolved"
+    tol = recipe.tolerances.get("float32", [1e-5, 1e-5])
+    body = f'''# Copyright (c) OpenMMLab. All rights reserved.
+from unittest import mock
+
+import pytest
+import torch
+
+{import_line}
+
+CONFIG = {list(recipe.config)!r}
+CASES = {_cases(recipe, sizes)!r}
+
+
+{_shared(recipe)}
+
+def _original_path(*args, **kwargs):
+    """Upstream's original code path, with the evolved fast path switched off."""
+    with mock.patch.object({leaf}, '{mod.applies_fn}', return_value=False):
+        return {leaf}.{ex.launcher}(*args, **kwargs)
+
+
+class {cls}:
+
+    @pytest.fixture
+    def device(self):
+        yield 'cuda'
+
+    @pytest.mark.parametrize('case', CASES)
+    def test_matches_original_path(self, case, device):
+        torch.manual_seed(0)
+        inputs = [t.to(device) for t in make_inputs(**case)]
+        config = {{k: case[k] for k in CONFIG}}
+        expected = call(_original_path, *inputs, **config)
+        got = call({leaf}.{ex.launcher}, *inputs, **config)
+        for want, have in zip(expected, got):
+            if want.is_floating_point():
+                torch.testing.assert_close(have, want, atol={tol[0]}, rtol={tol[1]})
+            else:
+                torch.testing.assert_close(have, want, atol=0, rtol=0)
+
+    def test_fast_path_taken(self, device):
+        case = CASES[-1]
+        inputs = [t.to(device) for t in make_inputs(**case)]
+        fast = {leaf}.{mod.evolved_launcher}
+        with mock.patch.object({leaf}, '{mod.evolved_launcher}', wraps=fast) as spy:
+            call({leaf}.{ex.launcher}, *inputs, **{{k: case[k] for k in CONFIG}})
+        spy.assert_called_once()
+'''
+    return body
+
+
+def render_bench(ex: Extraction, recipe: Recipe, sizes: dict, mod: Codemod) -> str:
+    import_line, leaf = _module_import(ex)
+    return f'''"""Micro-benchmark: upstream's original {ex.launcher} path against the evolved fast path.
+
+Run on a GPU: python {bench_name(ex)}
+"""
+
+from unittest import mock
+
+import torch
+import triton.testing
+
+{import_line}
+
+CONFIG = {list(recipe.config)!r}
+CASES = {_cases(recipe, sizes)!r}
+
+
+{_shared(recipe)}
+
+def main():
+    print(f"{{'case':<60}} {{'original (us)':>14}} {{'evolved (us)':>13}} {{'speedup':>8}}")
+    for case in CASES:
+        torch.manual_seed(0)
+        inputs = [t.to("cuda") for t in make_inputs(**case)]
+        config = {{k: case[k] for k in CONFIG}}
+        with mock.patch.object({leaf}, "{mod.applies_fn}", return_value=False):
+            before = triton.testing.do_bench(lambda: call({leaf}.{ex.launcher}, *inputs, **config))
+        after = triton.testing.do_bench(lambda: call({leaf}.{ex.launcher}, *inputs, **config))
+        label = ", ".join(f"{{k}}={{v}}" for k, v in case.items())
+        print(f"{{label:<60}} {{before * 1e3:>14.2f}} {{after * 1e3:>13.2f}} {{before / after:>7.2f}}x")
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def bench_name(ex: Extraction) -> str:
+    return f"bench_{ex.launcher}_evolved.py"
+
+
+def new_file_paths(ex: Extraction) -> tuple[str, str | None]:
+    """Where the generated test (and, for SGLang, the benchmark) go in the upstream repository."""
+    if ex.source.project.name == "sglang":
+        parts = ex.module.split(".")
+        group = parts[3] if parts[:3] == ["sglang", "kernels", "ops"] and len(parts) > 4 else parts[-2]
+        return (
+            f"test/registered/kernels/ops/{group}/test_{ex.launcher}_evolved.py",
+            f"test/registered/kernels/benchmark/{group}/{bench_name(ex)}",
+        )
+    return f"tests/pytorch/kernel/test_{ex.launcher}_evolved.py", None
+
+
+def unified_diff(path: str, before: str | None, after: str) -> str:
+    """One file's diff in git's format (``before=None`` for a new file)."""
+    old = [] if before is None else before.splitlines(keepends=True)
+    new = after.splitlines(keepends=True)
+    head = f"diff --git a/{path} b/{path}\n"
+    if before is None:
+        head += "new file mode 100644\n"
+    lines = list(
+        difflib.unified_diff(old, new, "/dev/null" if before is None else f"a/{path}", f"b/{path}", n=3)
+    )
+    out = []
+    for line in lines:
+        out.append(line)
+        if not line.endswith("\n"):
+            out.append("\n\\ No newline at end of file\n")
+    return head + "".join(out)
+
+
+def _ms(stats) -> str:
+    return "-" if stats is None else f"{stats.median_ms * 1e3:.1f}"
+
+
+def render_pr(project: Project, ex: Extraction, facts: RunFacts, mod: Codemod, fmt_note: str, paths) -> str:
+    v = facts.verdict
+    sizes = facts.provenance.get("sizes", {})
+    shape = ", ".join(f"{k}={val}" for k, val in sizes.items())
+    size_used = (v.details or {}).get("size", "full")
+    if size_used == "small":
+        shape += " (evaluated at the problem's small CPU sizes)"
+    device = (v.details or {}).get("device_name") or v.device
+    torch_v, triton_v = facts.versions.get("torch", "?"), facts.versions.get("triton", "?")
+    table = (
+        "| GPU | torch / triton | shapes | upstream (us) | evolved (us) | speedup |\n"
+        "|---|---|---|---|---|---|\n"
+        f"| {device} | {torch_v} / {triton_v} | {shape} | {_ms(v.reference_eager)} | {_ms(v.runtime)} | "
+        f"{v.speedup:.2f}x |"
+        if v.speedup is not None
+        else ""
+    )
+    warning = ""
+    if v.interpreted or v.device == "cpu":
+        warning = (
+            "\n> **These timings come from the Triton interpreter on CPU and say nothing about GPU speed.** "
+            "Run the benchmark below on a GPU and replace this table before opening the PR.\n"
+        )
+    changed = ", ".join(f"`{n}`" for n in mod.changed)
+    conditions = "\n".join(f"  - `{c}`" for c in _conditions(ex, facts))
+    test_path, bench_path = paths
+    how = (
+        f"The kernel was produced by ksmith, an automated evolutionary search over Triton kernels "
+        f"(proposer: {facts.proposer}), starting from upstream's `{ex.launcher}` unchanged. The run evaluated "
+        f"{facts.evaluations} candidates; each was checked against upstream's kernel on fresh random inputs "
+        f"(integer outputs compared exactly) before it was timed. The selected candidate is `{facts.candidate_id}` "
+        f"of run `{facts.run}`. A person should review the diff as they would any contribution."
+    )
+    bench_cmd = (
+        f"python {bench_path}" if bench_path else f"python {bench_name(ex)}  (shipped beside this PR.md)"
+    )
+    mods = (
+        f"- `{ex.repo_path}`: adds `{mod.evolved_launcher}` (evolved: {changed}) and "
+        f"`{mod.applies_fn}`. `{ex.launcher}` keeps its signature; it takes the evolved path only when:\n"
+        f"{conditions}\n"
+        "  Every other call runs upstream's original code, unchanged.\n"
+        f"- `{test_path}`: compares the evolved path with the original path over an edge-case sweep "
+        "(integer outputs exactly)."
+    )
+    if bench_path:
+        mods += f"\n- `{bench_path}`: micro-benchmark of both paths."
+    if project.name == "sglang":
+        return f"""# [Perf] Faster `{ex.launcher}` Triton kernel
+
+## Motivation
+
+`{ex.launcher}` (`{ex.repo_path}`, kernels: {", ".join(f"`{k}`" for k in ex.kernels)}) is on the hot path.
+This PR adds a faster kernel for the configuration below and keeps the existing kernel as the fallback.
+
+{how}
+
+## Modifications
+
+{mods}
+
+## Accuracy Tests
+
+`python3 {test_path}` compares against the original path ({fmt_note}).
+
+## Speed Tests and Profiling
+{warning}
+{table}
+
+Reproduce: `{bench_cmd}`.
+
+## Checklist
+
+- [ ] Format your code according to the [Format code with pre-commit](https://docs.sglang.io/developer_guide/contribution_guide.html#format-code-with-pre-commit).
+- [x] Add unit tests according to the [Run and add unit tests](https://docs.sglang.io/developer_guide/contribution_guide.html#run-and-add-unit-tests).
+- [ ] Update documentation according to [Write documentations](https://docs.sglang.io/developer_guide/contribution_guide.html#write-documentations).
+- [ ] Provide accuracy and speed benchmark results according to [Test the accuracy](https://docs.sglang.io/developer_guide/contribution_guide.html#test-the-accuracy) and [Benchmark the speed](https://docs.sglang.io/developer_guide/contribution_guide.html#benchmark-the-speed).
+"""
+    return f"""## Motivation
+
+`{ex.launcher}` (`{ex.repo_path}`, kernels: {", ".join(f"`{k}`" for k in ex.kernels)}) gets a faster kernel for
+the configuration below; the existing kernel stays as the fallback.
+
+{how}
+{warning}
+{table}
+
+Reproduce: `{bench_cmd}`.
+
+## Modification
+
+{mods}
+
+## BC-breaking (Optional)
+
+None: the public function and its signature are unchanged.
+
+## Use cases (Optional)
+
+## Checklist
+
+1. [ ] Pre-commit or other linting tools are used to fix the potential lint issues ({fmt_note}).
+2. [x] The modification is covered by complete unit tests. `pytest {test_path}`
+3. [ ] If the modification has a dependency on downstream projects of a newer version, this PR should be tested with all supported versions of downstream projects.
+4. [ ] The documentation has been modified accordingly, like docstring or example tutorials.
+"""
+
+
+def _conditions(ex: Extraction, facts: RunFacts) -> list[str]:
+    recipe = recipe_for(ex.source.project.name, ex.launcher)
+    return [c.format(**facts.provenance.get("sizes", recipe.sizes)) for c in recipe.applies]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def locate(upstream: UpstreamSource, provenance: dict, rebase: bool) -> Extraction:
+    """The launcher in ``upstream``, refusing sources that changed since the import unless ``rebase``."""
+    file = upstream.root / provenance["file"].removeprefix(upstream.project.repo_prefix)
+    if file.is_file() and sha256_of(file) == provenance["sha256"]:
+        return extract(upstream, provenance["symbol"])
+    if not rebase:
+        state = "is gone from" if not file.is_file() else "changed in"
+        raise UpstreamError(
+            f"{provenance['file']} {state} {upstream.project.name} {upstream.version} since the import "
+            "(sha256 differs); pass --rebase to re-apply the change to the new source"
+        )
+    return extract(upstream, provenance["launcher"])  # found anew by name: upstream moves files
+
+
+def write_patch(project: Project, run: str, upstream: UpstreamSource, out: Path, rebase: bool) -> list[Path]:
+    facts = load_run(run)
+    if facts.provenance["project"] != project.name:
+        raise UpstreamError(
+            f"run {run} evolved a {facts.provenance['project']} kernel, not a {project.name} one"
+        )
+    ex = locate(upstream, facts.provenance, rebase)
+    recipe = recipe_for(project.name, ex.launcher)
+    sizes = facts.provenance.get("sizes", recipe.sizes)
+    mod = codemod(ex, recipe, facts.source, sizes)
+    new_code, fmt_note = mod.new_module, formatting_note(project)
+    test_path, bench_path = new_file_paths(ex)
+    if project.name == "sglang":
+        test_code = format_file(project, render_sglang_test(ex, recipe, sizes, mod))
+    else:
+        test_code = format_file(project, render_lmdeploy_test(ex, recipe, sizes, mod))
+    bench_code = format_file(project, render_bench(ex, recipe, sizes, mod))
+    diff = unified_diff(ex.repo_path, ex.file.read_text(encoding="utf-8"), new_code)
+    diff += unified_diff(test_path, None, test_code)
+    written = []
+    if bench_path:
+        diff += unified_diff(bench_path, None, bench_code)
+    else:
+        bench = out / bench_name(ex)
+        bench.write_text(bench_code, encoding="utf-8")
+        written.append(bench)
+    patch = out / f"{ex.launcher}.patch"
+    patch.write_text(diff, encoding="utf-8")
+    pr = out / "PR.md"
+    pr.write_text(render_pr(project, ex, facts, mod, fmt_note, (test_path, bench_path)), encoding="utf-8")
+    return [patch, pr, *written]
