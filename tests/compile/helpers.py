@@ -22,7 +22,7 @@ def tiny_llama() -> tuple[torch.nn.Module, list[torch.Tensor]]:
     return module.Model().eval(), module.get_inputs()
 
 
-def dynamo_graph(fn: Any, *args: Any) -> tuple[torch.fx.GraphModule, list[Any]]:
+def dynamo_graph(fn: Any, *args: Any, dynamic: bool = False) -> tuple[torch.fx.GraphModule, list[Any]]:
     """Dynamo's (first) graph of ``fn(*args)``, as a backend receives it."""
     box: dict[str, Any] = {}
 
@@ -32,7 +32,7 @@ def dynamo_graph(fn: Any, *args: Any) -> tuple[torch.fx.GraphModule, list[Any]]:
         return gm.forward
 
     torch._dynamo.reset()
-    torch.compile(fn, backend=grab, dynamic=False)(*args)
+    torch.compile(fn, backend=grab, dynamic=dynamic)(*args)
     return box["gm"], box["inputs"]
 
 

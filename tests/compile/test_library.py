@@ -76,6 +76,23 @@ def test_a_match_outside_the_guards_is_left_alone_with_the_reason(library_dir, c
     assert not any(n.target == library.entries[0].op for n in gm.graph.nodes)
 
 
+def test_dynamic_shapes_are_not_swapped(library_dir):
+    library = load_library(library_dir)
+    model, (ids,) = tiny_llama()
+    with torch.no_grad():
+        gm, _ = dynamo_graph(model, ids, dynamic=True)
+        regions = swap_regions(gm, library)
+    # dynamic=True makes float attributes (the norm's eps) graph inputs as well as the shapes symbolic: the
+    # pattern no longer matches, and a region that did would fail the shape guard. Nothing is swapped.
+    assert regions and not any(r.swapped for r in regions)
+    assert not any(n.target == library.entries[0].op for n in gm.graph.nodes)
+    with torch.no_grad(), torch._dynamo.config.patch(specialize_float=True):
+        gm, _ = dynamo_graph(model, ids, dynamic=True)
+        regions = swap_regions(gm, library)
+    assert len(regions) == 3 and not any(r.swapped for r in regions)
+    assert all("dynamic shape" in r.reason for r in regions), [r.reason for r in regions]
+
+
 def test_another_dtype_is_not_swapped(library_dir):
     library = load_library(library_dir)
     model, (ids,) = tiny_llama()

@@ -1,0 +1,58 @@
+"""``ksmith compile-report MODEL_FILE --library DIR [--json]``."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from .conftest import DATA, ksmith
+
+pytest.importorskip("transformers")
+
+
+def env_with_interpreter() -> dict[str, str]:
+    return {**os.environ, "TRITON_INTERPRET": "1"}
+
+
+@pytest.mark.slow
+def test_report_lists_each_region_swapped_or_not_with_why(library_dir, tmp_path):
+    proc = ksmith(
+        "compile-report", DATA / "tiny_llama.py", "--library", library_dir, "--device", "cpu", "--json",
+        env=env_with_interpreter(), cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert [(r["region"].split("@")[0], r["swapped"]) for r in report["regions"]] == [
+        ("llama_rmsnorm", True)
+    ] * 3
+    assert all(r["reason"].startswith("swapped for kernelsmith::") for r in report["regions"])
+    assert report["max_abs_diff_vs_eager"] < 1e-5
+
+    proc = ksmith(
+        "compile-report", DATA / "tiny_llama.py", "--library", library_dir, "--device", "cpu",
+        env={k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}, cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.strip().splitlines()
+    assert lines[0].startswith("kept") and "llama_rmsnorm" in lines[0] and "TRITON_INTERPRET" in lines[0]
+    assert lines[-1].startswith("0 region(s) swapped")
+
+
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (["nowhere.py", "--library", "."], "nowhere.py: no such model file"),
+        ([str(DATA / "llama_rmsnorm.seed.py"), "--library", "."], "defines no Model, get_inputs"),
+        (
+            [str(DATA / "tiny_llama.py"), "--library", "missing-dir"],
+            "--library missing-dir is not a directory",
+        ),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(args, fragment, tmp_path):
+    proc = ksmith("compile-report", *args, cwd=tmp_path)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and fragment in lines[0], proc.stderr
