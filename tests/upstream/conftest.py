@@ -29,6 +29,13 @@ def upstream() -> dict[str, UpstreamSource]:
 
 
 @pytest.fixture(scope="session")
+def ksmith_exe() -> list[str]:
+    """The ksmith command line (as tests/conftest.py's ``ksmith_cmd``, for module-scoped fixtures)."""
+    exe = shutil.which("ksmith", path=str(Path(sys.executable).parent))
+    return [exe] if exe else [sys.executable, "-c", "from ksmith_core.cli import main; main()"]
+
+
+@pytest.fixture(scope="session")
 def ksmith_env() -> dict[str, str]:
     env = dict(os.environ)
     env["TRITON_INTERPRET"] = "1"
@@ -132,3 +139,29 @@ def run_generated_test(test_file: Path, patched: Path, module: str, workdir: Pat
         cwd=workdir,
         timeout=600,
     )
+
+
+def recorded_run(run_dir: Path, problem: Path, candidate: Path, correct: bool) -> Path:
+    """A run store holding one candidate and the verdict given here, for the refusal paths of ``patch``.
+
+    The happy paths use real ``ksmith evolve`` runs; these only need a run whose best is (or is not) correct.
+    """
+    from ksmith_core.model import Candidate, Status, TimingStats, Verdict
+    from ksmith_core.store import RunStore
+
+    cand = Candidate.from_source(candidate.read_text(encoding="utf-8"))
+    timing = TimingStats(median_ms=2.0, mean_ms=2.0, min_ms=2.0, max_ms=2.0, std_ms=0.0, trials=3)
+    verdict = Verdict(
+        status=Status.OK if correct else Status.INCORRECT,
+        correct=correct,
+        runtime=timing,
+        reference_eager=TimingStats(median_ms=3.0, mean_ms=3.0, min_ms=3.0, max_ms=3.0, std_ms=0.0, trials=3),
+        speedup=1.5 if correct else None,
+        device="cpu",
+        interpreted=True,
+    )
+    meta = {"problem": problem.stem, "config": {"proposer": "mutate"}, "seed_id": cand.id}
+    store = RunStore.create(run_dir, problem.read_text(encoding="utf-8"), meta, {"versions": {}})
+    with store:
+        store.record_evaluation(cand, verdict)
+    return run_dir

@@ -63,7 +63,9 @@ def test_import_writes_a_standalone_seed_that_matches_upstream(
     assert prov["sha256"] == sha256_of(upstream_file)
     assert (project == "sglang") == prov["file"].startswith("python/sglang/")
 
-    verdict = run_ksmith(ksmith_cmd, "eval", problem, seed, "--device", "cpu", "--json", env=ksmith_env)
+    verdict = run_ksmith(
+        ksmith_cmd, "eval", problem, seed, "--device", "cpu", "--trials", "3", "--json", env=ksmith_env
+    )
     assert verdict.returncode == 0, verdict.stderr
     result = json.loads(verdict.stdout)
     assert result["status"] == "ok", result

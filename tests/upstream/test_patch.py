@@ -1,0 +1,216 @@
+"""``ksmith patch`` from real runs, against the real SGLang and LMDeploy wheel sources.
+
+Each run is a real ``ksmith evolve`` on an imported problem, on CPU under the Triton interpreter. Its seed is
+upstream's kernel with one semantics-preserving edit, so the run's best differs from upstream whichever
+candidate wins the (meaningless) interpreted timings. The patch must ``git apply`` to the wheel's tree laid
+out as the upstream repository, keep the original path, and its generated upstream test must pass against
+the patched module.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from .conftest import error_line, git_apply, git_tree, recorded_run, run_generated_test, run_ksmith
+
+SGLANG_EDIT = (
+    "tl.cdiv(seq_len + SEQ_LEN_DELTA, PAGE_SIZE)",
+    "(seq_len + SEQ_LEN_DELTA + PAGE_SIZE - 1) // PAGE_SIZE",
+)
+LMDEPLOY_EDIT = ("-float('inf')", "float('-inf')")
+
+
+def imported(ksmith_cmd, env, project, launcher, out: Path) -> tuple[Path, Path]:
+    proc = run_ksmith(ksmith_cmd, "import", project, launcher, "-o", out, env=env)
+    assert proc.returncode == 0, proc.stderr
+    return out / f"{launcher}.py", out / f"{launcher}.seed.py"
+
+
+def evolved(ksmith_cmd, env, problem: Path, seed: Path, run_dir: Path, budget: int) -> Path:
+    proc = run_ksmith(
+        ksmith_cmd, "evolve", problem, "--seed", seed, "--budget", budget, "--device", "cpu",
+        "--run-dir", run_dir, env=env,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    return run_dir
+
+
+def edited(seed: Path, edit: tuple[str, str], dest: Path) -> Path:
+    text = seed.read_text(encoding="utf-8")
+    assert edit[0] in text
+    dest.write_text(text.replace(edit[0], edit[1]), encoding="utf-8")
+    return dest
+
+
+@pytest.fixture(scope="module")
+def sglang_run(upstream, ksmith_exe, ksmith_env, tmp_path_factory):
+    base = tmp_path_factory.mktemp("sglang")
+    problem, seed = imported(ksmith_exe, ksmith_env, "sglang", "normal_decode_set_metadata", base / "problem")
+    variant = edited(seed, SGLANG_EDIT, base / "variant.seed.py")
+    return problem, seed, evolved(ksmith_exe, ksmith_env, problem, variant, base / "run", budget=2)
+
+
+def test_sglang_patch_applies_keeps_the_original_path_and_its_test_passes(
+    sglang_run, upstream, ksmith_cmd, ksmith_env, tmp_path
+):
+    _, _, run = sglang_run
+    out = tmp_path / "out"
+    proc = run_ksmith(ksmith_cmd, "patch", "sglang", run, "-o", out, env=ksmith_env)
+    assert proc.returncode == 0, proc.stderr
+    patch = out / "normal_decode_set_metadata.patch"
+    assert proc.stdout.split() == [str(patch), str(out / "PR.md")]
+    text = patch.read_text(encoding="utf-8")
+    kernel_file = "python/sglang/kernels/ops/attention/metadata.py"
+    test_file = "test/registered/kernels/ops/attention/test_normal_decode_set_metadata_evolved.py"
+    bench_file = "test/registered/kernels/benchmark/attention/bench_normal_decode_set_metadata_evolved.py"
+    for path in (kernel_file, test_file, bench_file):
+        assert f"diff --git a/{path} b/{path}" in text
+    # The codemod only adds lines to the upstream module: upstream's code stays as the fallback.
+    module_diff = text.split("diff --git")[1]
+    assert not [
+        line for line in module_diff.splitlines() if line.startswith("-") and not line.startswith("---")
+    ]
+    assert "+def _normal_decode_set_metadata_evolved(" in text
+    assert "+def _fused_decode_metadata_kernel_evolved(" in text
+    assert "+        and swa_page_table is None" in text
+
+    repo = git_tree(upstream["sglang"], tmp_path / "sglang")
+    assert git_apply(repo, patch, check=True).returncode == 0
+    assert git_apply(repo, patch, check=False).returncode == 0
+    patched = repo / kernel_file
+    assert "(seq_len + SEQ_LEN_DELTA + PAGE_SIZE - 1) // PAGE_SIZE" in patched.read_text(encoding="utf-8")
+    assert "register_cuda_ci(est_time=" in (repo / test_file).read_text(encoding="utf-8")
+
+    result = run_generated_test(
+        repo / test_file, patched, "sglang.kernels.ops.attention.metadata", tmp_path / "generated"
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "2 passed" in result.stdout, result.stdout
+
+    pr = (out / "PR.md").read_text(encoding="utf-8")
+    for section in ("## Motivation", "## Modifications", "## Accuracy Tests", "## Speed Tests and Profiling"):
+        assert section in pr
+    assert "produced by ksmith" in pr
+    assert "Triton interpreter on CPU and say nothing about GPU speed" in pr
+
+
+def test_the_generated_test_fails_when_the_evolved_path_is_wrong(sglang_run, upstream, tmp_path):
+    """The generated test can fail: break the evolved kernel after patching and it reports the mismatch."""
+    _, _, run = sglang_run
+    from ksmith_upstream.patching import write_patch
+    from ksmith_upstream.source import PROJECTS
+
+    out = tmp_path / "out"
+    out.mkdir()
+    write_patch(PROJECTS["sglang"], str(run), upstream["sglang"], out, rebase=False)
+    repo = git_tree(upstream["sglang"], tmp_path / "sglang")
+    assert git_apply(repo, out / "normal_decode_set_metadata.patch", check=False).returncode == 0
+    patched = repo / "python/sglang/kernels/ops/attention/metadata.py"
+    text = patched.read_text(encoding="utf-8")
+    broken = text.replace(
+        "(seq_len + SEQ_LEN_DELTA + PAGE_SIZE - 1) // PAGE_SIZE", "(seq_len + SEQ_LEN_DELTA) // PAGE_SIZE - 1"
+    )
+    assert broken != text
+    patched.write_text(broken, encoding="utf-8")
+    test_file = repo / "test/registered/kernels/ops/attention/test_normal_decode_set_metadata_evolved.py"
+    result = run_generated_test(test_file, patched, "sglang.kernels.ops.attention.metadata", tmp_path / "gen")
+    assert result.returncode != 0
+    assert "failed" in result.stdout
+
+
+def test_a_changed_upstream_file_is_refused_unless_rebase(
+    sglang_run, upstream, ksmith_cmd, ksmith_env, tmp_path
+):
+    _, _, run = sglang_run
+    tree = tmp_path / "checkout"
+    repo = git_tree(upstream["sglang"], tree)
+    module = repo / "python/sglang/kernels/ops/attention/metadata.py"
+    module.write_text(module.read_text(encoding="utf-8") + "\n# a later upstream commit\n", encoding="utf-8")
+    (repo / "python/sglang/version.py").write_text('__version__ = "0.5.24"\n', encoding="utf-8")
+
+    refused = run_ksmith(
+        ksmith_cmd, "patch", "sglang", run, "--source", repo, "-o", tmp_path / "a", env=ksmith_env
+    )
+    assert "sha256 differs" in error_line(refused)
+    assert "--rebase" in error_line(refused)
+
+    rebased = run_ksmith(
+        ksmith_cmd, "patch", "sglang", run, "--source", repo, "--rebase", "-o", tmp_path / "b", env=ksmith_env
+    )
+    assert rebased.returncode == 0, rebased.stderr
+    assert git_apply(repo, tmp_path / "b" / "normal_decode_set_metadata.patch", check=True).returncode == 0
+
+
+def test_an_unchanged_best_or_an_incorrect_run_is_refused(sglang_run, ksmith_cmd, ksmith_env, tmp_path):
+    problem, seed, _ = sglang_run
+    unchanged = recorded_run(tmp_path / "unchanged", problem, seed, correct=True)
+    proc = run_ksmith(ksmith_cmd, "patch", "sglang", unchanged, "-o", tmp_path / "a", env=ksmith_env)
+    assert "upstream's normal_decode_set_metadata unchanged" in error_line(proc)
+
+    variant = edited(seed, SGLANG_EDIT, tmp_path / "variant.py")
+    incorrect = recorded_run(tmp_path / "incorrect", problem, variant, correct=False)
+    proc = run_ksmith(ksmith_cmd, "patch", "sglang", incorrect, "-o", tmp_path / "b", env=ksmith_env)
+    assert "has no correct candidate" in error_line(proc)
+
+    proc = run_ksmith(ksmith_cmd, "patch", "lmdeploy", unchanged, "-o", tmp_path / "c", env=ksmith_env)
+    assert "not a lmdeploy one" in error_line(proc)
+
+
+def test_lmdeploy_patch_applies_to_the_wheel_tree(upstream, ksmith_cmd, ksmith_env, tmp_path):
+    """The fast LMDeploy check: a recorded run of an edited router kernel; the slow test below evolves one."""
+    problem, seed = imported(
+        ksmith_cmd, ksmith_env, "lmdeploy", "fused_single_group_topk_router", tmp_path / "p"
+    )
+    variant = edited(seed, LMDEPLOY_EDIT, tmp_path / "variant.seed.py")
+    run = recorded_run(tmp_path / "run", problem, variant, correct=True)
+    proc = run_ksmith(ksmith_cmd, "patch", "lmdeploy", run, "-o", tmp_path / "out", env=ksmith_env)
+    assert proc.returncode == 0, proc.stderr
+    patch = tmp_path / "out" / "fused_single_group_topk_router.patch"
+    repo = git_tree(upstream["lmdeploy"], tmp_path / "lmdeploy")
+    assert git_apply(repo, patch, check=True).returncode == 0, git_apply(repo, patch, check=True).stderr
+    text = patch.read_text(encoding="utf-8")
+    assert "+def _fused_single_group_topk_router_evolved(" in text
+    assert "+        float('-inf')," in text
+
+
+@pytest.mark.slow
+def test_lmdeploy_patch_applies_and_its_test_passes(upstream, ksmith_cmd, ksmith_env, tmp_path):
+    problem, seed = imported(
+        ksmith_cmd, ksmith_env, "lmdeploy", "fused_single_group_topk_router", tmp_path / "p"
+    )
+    variant = edited(seed, LMDEPLOY_EDIT, tmp_path / "variant.seed.py")
+    run = evolved(ksmith_cmd, ksmith_env, problem, variant, tmp_path / "run", budget=1)
+    out = tmp_path / "out"
+    proc = run_ksmith(ksmith_cmd, "patch", "lmdeploy", run, "-o", out, env=ksmith_env)
+    assert proc.returncode == 0, proc.stderr
+    patch = out / "fused_single_group_topk_router.patch"
+    bench = out / "bench_fused_single_group_topk_router_evolved.py"
+    assert proc.stdout.split() == [str(patch), str(out / "PR.md"), str(bench)]
+    text = patch.read_text(encoding="utf-8")
+    test_file = "tests/pytorch/kernel/test_fused_single_group_topk_router_evolved.py"
+    assert f"+++ b/{test_file}" in text
+    assert "+# Copyright (c) OpenMMLab. All rights reserved." in text
+    added = [line[1:] for line in text.splitlines() if line.startswith("+") and not line.startswith("+++")]
+    assert all(len(line) <= 120 for line in added)
+    assert not any('"' in line and "'" not in line and '"""' not in line for line in added), "double quotes"
+
+    repo = git_tree(upstream["lmdeploy"], tmp_path / "lmdeploy")
+    assert git_apply(repo, patch, check=True).returncode == 0
+    assert git_apply(repo, patch, check=False).returncode == 0
+    patched = repo / "lmdeploy/pytorch/kernels/cuda/moe/route_single_group.py"
+    result = run_generated_test(
+        repo / test_file, patched, "lmdeploy.pytorch.kernels.cuda.moe.route_single_group", tmp_path / "gen"
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "4 passed" in result.stdout, result.stdout  # three sweep cases and the fast-path check
+    pr = (out / "PR.md").read_text(encoding="utf-8")
+    assert "## BC-breaking (Optional)" in pr and "produced by ksmith" in pr
+
+
+def test_missing_run_is_one_line(upstream, ksmith_cmd, ksmith_env, tmp_path):
+    proc = run_ksmith(ksmith_cmd, "patch", "sglang", tmp_path / "nope", "-o", tmp_path / "o", env=ksmith_env)
+    error_line(proc)
+    shutil.rmtree(tmp_path / "o", ignore_errors=True)
