@@ -1,4 +1,4 @@
-"""ksmith plugin of the torch.compile integration: ``ksmith compile-report``."""
+"""ksmith plugin of the torch.compile integration: ``ksmith compile-report`` and ``ksmith harvest``."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from ksmith_core import hookimpl
 @hookimpl
 def ksmith_register_commands(cli):
     cli.add_command(compile_report_command)
+    cli.add_command(harvest_command)
 
 
 @click.command("compile-report")
@@ -44,3 +45,35 @@ def compile_report_command(model_file, library, device, as_json):
         f"{report['swapped']} region(s) swapped in {report['graphs']} graph(s)"
         + (f"; max abs diff vs eager {diff:.3g}" if diff is not None else "")
     )
+
+
+@click.command("harvest")
+@click.argument("model_file", type=click.Path(path_type=Path))
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(path_type=Path),
+    required=True,
+    help="Directory to write the problems to.",
+)
+@click.option("--device", type=click.Choice(["cpu", "cuda"]), default=None, help="Default: cuda if present.")
+@click.option("--json", "as_json", is_flag=True, help="Print what was written as one JSON object.")
+def harvest_command(model_file, output, device, as_json):
+    """Write one KernelBench problem per fusible region and per matmul (with its epilogue) of MODEL_FILE."""
+    import torch
+
+    from ksmith_compile.harvest import harvest
+
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    summary = harvest(model_file, output, device)
+    if as_json:
+        click.echo(json.dumps(summary, indent=2))
+        return
+    for problem in summary["problems"]:
+        where = ", ".join(problem["occurrences"])
+        click.echo(
+            f"{problem['file']}: {problem['kind']} ({' '.join(problem['ops'])}) x{len(problem['occurrences'])} at {where}"
+        )
+    for item in summary["skipped"]:
+        click.echo(f"skipped {item['region']}: {item['reason']}")
+    click.echo(f"{len(summary['problems'])} problem(s) written to {output} (harvest.json lists them)")

@@ -1,0 +1,340 @@
+"""``ksmith harvest``: a model's fusible regions and matmuls, each written as a KernelBench-format problem.
+
+The model's Dynamo graphs (the ones ``backend="kernelsmith"`` receives) are cut into regions:
+
+- **fusible regions**: connected pointwise / reduction / cast nodes (norms, activation products, softmax,
+  residual + norm, ...) between the nodes Inductor would not fuse into them (matmuls, views, indexing,
+  attention). A region with several outputs is cut at its earliest output until each piece has one, since a
+  library entry replaces one output;
+- **matmuls with their epilogue**: each matmul and the chain of fusible nodes that is its only consumer.
+
+Each region becomes a problem whose ``Model.forward`` is the region's own code as Dynamo recorded it, at the
+model's real shapes and dtypes, so that Dynamo captures the same graph from it and the library entry evolved
+for it matches back into the model. Parameters the region reads become parameters of ``Model``
+(``p0``, ``p1``, ...); ``ModelNew`` must use the same names. Identical regions are written once, with how many
+times they occur.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import operator
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from ksmith_core.errors import ProblemError
+
+_POINTWISE_FUNCTIONS = {
+    operator.add, operator.sub, operator.mul, operator.truediv, operator.neg, operator.pow,
+    torch.add, torch.sub, torch.mul, torch.div, torch.neg, torch.pow, torch.rsqrt, torch.sqrt, torch.exp,
+    torch.log, torch.tanh, torch.sigmoid, torch.relu, torch.abs, torch.erf, torch.square, torch.reciprocal,
+    torch.clamp, torch.mean, torch.sum, torch.amax, torch.softmax, torch.log_softmax,
+    F.silu, F.gelu, F.relu, F.softmax, F.log_softmax, F.sigmoid, F.tanh, F.layer_norm, F.rms_norm,
+}  # fmt: skip
+_POINTWISE_METHODS = {
+    "to", "float", "half", "bfloat16", "type_as", "pow", "mean", "sum", "amax", "exp", "rsqrt", "sqrt",
+    "tanh", "sigmoid", "neg", "mul", "add", "sub", "div", "softmax", "relu", "square", "reciprocal", "abs",
+    "clamp",
+}  # fmt: skip
+_MATMUL_FUNCTIONS = {
+    torch._C._nn.linear,
+    F.linear,
+    torch.matmul,
+    operator.matmul,
+    torch.mm,
+    torch.bmm,
+    torch.addmm,
+}
+_MATMUL_METHODS = {"matmul", "mm", "bmm"}
+
+
+def is_fusible(node: torch.fx.Node) -> bool:
+    if node.op == "call_function":
+        return node.target in _POINTWISE_FUNCTIONS
+    if node.op == "call_method":
+        return node.target in _POINTWISE_METHODS
+    return False
+
+
+def is_matmul(node: torch.fx.Node) -> bool:
+    if node.op == "call_function":
+        return node.target in _MATMUL_FUNCTIONS
+    return node.op == "call_method" and node.target in _MATMUL_METHODS
+
+
+@dataclass
+class Harvested:
+    """One written problem: its source, and where in the model the region occurs."""
+
+    name: str
+    kind: str  # "fusible" or "matmul"
+    source: str
+    ops: list[str]
+    inputs: list[dict[str, Any]]
+    occurrences: list[str] = field(default_factory=list)  # "<graph>:<output node>"
+
+
+def _value(node: Any) -> Any:
+    return node.meta.get("example_value") if isinstance(node, torch.fx.Node) else None
+
+
+def _outputs(region: set[torch.fx.Node]) -> list[torch.fx.Node]:
+    return [n for n in region if any(u not in region for u in n.users)]
+
+
+def _ancestors_in(node: torch.fx.Node, region: set[torch.fx.Node]) -> set[torch.fx.Node]:
+    seen, stack = set(), [node]
+    while stack:
+        n = stack.pop()
+        if n in seen or n not in region:
+            continue
+        seen.add(n)
+        stack.extend(n.all_input_nodes)
+    return seen
+
+
+def _components(nodes: set[torch.fx.Node]) -> list[set[torch.fx.Node]]:
+    left, parts = set(nodes), []
+    while left:
+        stack, part = [left.pop()], set()
+        while stack:
+            n = stack.pop()
+            part.add(n)
+            for m in (*n.all_input_nodes, *n.users):
+                if m in left:
+                    left.discard(m)
+                    stack.append(m)
+        parts.append(part)
+    return parts
+
+
+def _single_output(region: set[torch.fx.Node], order: dict[torch.fx.Node, int]) -> list[set[torch.fx.Node]]:
+    outs = _outputs(region)
+    if len(outs) <= 1:
+        return [region]
+    first = min(outs, key=order.__getitem__)
+    upstream = _ancestors_in(first, region)
+    pieces = _single_output(upstream, order)
+    for part in _components(region - upstream):
+        pieces.extend(_single_output(part, order))
+    return pieces
+
+
+def find_regions(gm: torch.fx.GraphModule) -> list[tuple[str, list[torch.fx.Node]]]:
+    """(kind, nodes in graph order) of every fusible region and every matmul with its epilogue."""
+    order = {n: i for i, n in enumerate(gm.graph.nodes)}
+    fusible = {n for n in gm.graph.nodes if is_fusible(n)}
+    regions: list[tuple[str, list[torch.fx.Node]]] = []
+    for component in _components(fusible):
+        for piece in _single_output(component, order):
+            if len(piece) >= 2:  # a lone pointwise op is Inductor's business
+                regions.append(("fusible", sorted(piece, key=order.__getitem__)))
+    for node in gm.graph.nodes:
+        if not is_matmul(node):
+            continue
+        chain, cur = [node], node
+        while len(cur.users) == 1 and is_fusible(next(iter(cur.users))):
+            cur = next(iter(cur.users))
+            chain.append(cur)
+        regions.append(("matmul", chain))
+    regions.sort(key=lambda r: order[r[1][0]])
+    return regions
+
+
+def _op_name(node: torch.fx.Node) -> str:
+    if node.op == "call_method":
+        return str(node.target)
+    return getattr(node.target, "__name__", str(node.target)).strip("_")
+
+
+def _init_expr(value: torch.Tensor) -> str:
+    shape, dtype = list(value.shape), str(value.dtype)
+    if value.dtype.is_floating_point:
+        if value.dim() <= 1:
+            return f"1.0 + 0.1 * torch.randn({shape}, dtype={dtype})"
+        return f"torch.randn({shape}, dtype={dtype}) / {math.sqrt(max(1, shape[-1])):.6g}"
+    return f"torch.randint(0, 16, {shape}, dtype={dtype})"
+
+
+def region_problem(
+    kind: str, nodes: list[torch.fx.Node], params: set[torch.fx.Node], origin: str
+) -> tuple[str, list[str], list[dict[str, Any]]] | str:
+    """The problem source of one region, or why it cannot be written as one."""
+    inside = set(nodes)
+    external: list[torch.fx.Node] = []
+    for n in nodes:
+        for a in n.all_input_nodes:
+            if a not in inside and a not in external:
+                external.append(a)
+    for a in external:
+        if not isinstance(_value(a), torch.Tensor):
+            return f"input {a.name} is not a tensor"
+    out = nodes[-1]
+    if (
+        len(_outputs(inside)) != 1
+        or _outputs(inside)[0] is not out
+        or not isinstance(_value(out), torch.Tensor)
+    ):
+        return "the region does not end in one tensor"
+    graph = torch.fx.Graph()
+    root = torch.nn.Module()
+    env: dict[torch.fx.Node, torch.fx.Node] = {}
+    activations = [a for a in external if a not in params]
+    weights = [a for a in external if a in params]
+    for i, a in enumerate(activations):
+        env[a] = graph.placeholder(f"in{i}")
+    for i, a in enumerate(weights):
+        root.register_parameter(f"p{i}", torch.nn.Parameter(torch.empty(0), requires_grad=False))
+        env[a] = graph.get_attr(f"p{i}")
+    for i, n in enumerate(nodes):
+        env[n] = graph.node_copy(n, lambda a: env[a])
+        env[n].meta = {}
+        env[n]._rename(f"t{i}")  # names from the model's graph would keep identical regions apart
+    graph.output(env[out])
+    code = graph.python_code("self")  # names it needs beyond torch fail in matches_back(), which runs it
+    body = code.src.strip().splitlines()
+    signature = ", ".join(["self", *(f"in{i}" for i in range(len(activations)))])
+    forward = [f"    def forward({signature}):"] + [
+        "    " + line for line in body[1:] if line.strip() and not line.strip().startswith("#")
+    ]
+    forward = [re.sub(r";\s+[\w =]+= None$", "", line) for line in forward]
+    ops = [_op_name(n) for n in nodes]
+    inputs = [
+        {"shape": list(_value(a).shape), "dtype": str(_value(a).dtype).removeprefix("torch.")}
+        for a in activations
+    ]
+    lines = [
+        f'"""Harvested from {origin}: {kind} region ({", ".join(ops)}), at the model\'s shapes and dtypes."""',
+        "",
+        "import torch",
+        "import torch.nn as nn",
+        "",
+        "",
+        "class Model(nn.Module):",
+        "    def __init__(self):",
+        "        super().__init__()",
+    ]
+    for i, a in enumerate(weights):
+        lines.append(f"        self.p{i} = nn.Parameter({_init_expr(_value(a))})")
+    lines += ["", *forward, "", "", "def get_inputs():", "    return ["]
+    for a in activations:
+        lines.append(f"        {_randn(a) if _value(a).dtype.is_floating_point else _init_expr(_value(a))},")
+    lines += ["    ]", "", "", "def get_init_inputs():", "    return []", ""]
+    return "\n".join(lines), ops, inputs
+
+
+def _randn(node: torch.fx.Node) -> str:
+    value = _value(node)
+    return f"torch.randn({list(value.shape)}, dtype={value.dtype})"
+
+
+def matches_back(source: str, gm: torch.fx.GraphModule) -> str | None:
+    """Why the written problem would not match back into the model's graph (None: it does)."""
+    from torch.fx.passes.utils.matcher_utils import SubgraphMatcher
+
+    from .library import EntryError, capture_pattern
+
+    namespace: dict[str, Any] = {"__name__": "ksmith_harvested"}
+    try:
+        exec(compile(source, "<harvested>", "exec"), namespace)
+        torch.manual_seed(0)
+        model = namespace["Model"]().eval()
+        inputs = list(namespace["get_inputs"]())
+        pattern, _ = capture_pattern(model, inputs)
+    except EntryError as exc:
+        return str(exc)
+    except Exception as exc:  # noqa: BLE001 - the generated code itself; the region is reported, not written
+        return f"the written problem fails: {type(exc).__name__}: {exc}".splitlines()[0]
+    matcher = SubgraphMatcher(
+        pattern.graph, match_output=False, match_placeholder=False, remove_overlapping_matches=True
+    )
+    if not matcher.match(gm.graph):
+        return "the written problem's graph does not match back into the model's"
+    return None
+
+
+def _param_placeholders(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> set[torch.fx.Node]:
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    return {
+        n
+        for n, ex in zip(placeholders, example_inputs)
+        if isinstance(ex, torch.nn.Parameter) or "_parameters_" in n.name or "_buffers_" in n.name
+    }
+
+
+def harvest(model_file: Path, output: Path, device: str = "cpu") -> dict[str, Any]:
+    """Write one problem per distinct region of the model into ``output``; returns what was written."""
+    from ksmith_core.clitools import output_dir
+
+    from .report import load_model_file
+
+    module = load_model_file(model_file)
+    try:
+        torch.manual_seed(0)
+        with torch.device(device):
+            model = module.Model(*module.get_init_inputs()).eval()
+            inputs = list(module.get_inputs())
+        model = model.to(device)
+        inputs = [v.to(device) if isinstance(v, torch.Tensor) else v for v in inputs]
+    except Exception as exc:
+        raise ProblemError(
+            f"{model_file}: building the model or its inputs failed: {exc}".splitlines()[0]
+        ) from exc
+    graphs: list[tuple[torch.fx.GraphModule, list[Any]]] = []
+
+    def grab(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
+        graphs.append((gm, list(example_inputs)))
+        return gm.forward
+
+    torch._dynamo.reset()
+    try:
+        with torch.no_grad():
+            torch.compile(model, backend=grab, dynamic=False)(*inputs)
+    except Exception as exc:
+        raise ProblemError(f"{model_file}: Dynamo cannot trace the model: {exc}".splitlines()[0]) from exc
+    finally:
+        torch._dynamo.reset()
+    out_dir = output_dir(Path(output))
+    written: dict[str, Harvested] = {}
+    skipped: list[dict[str, str]] = []
+    stem = re.sub(r"\W", "_", Path(model_file).stem)
+    for index, (gm, example_inputs) in enumerate(graphs):
+        params = _param_placeholders(gm, example_inputs)
+        for kind, nodes in find_regions(gm):
+            where = f"{index}:{nodes[-1].name}"
+            made = region_problem(kind, nodes, params, Path(model_file).name)
+            if isinstance(made, str):
+                skipped.append({"region": where, "reason": made})
+                continue
+            source, ops, specs = made
+            if source not in written:
+                why_not = matches_back(source, gm)
+                if why_not is not None:
+                    skipped.append({"region": where, "reason": why_not})
+                    continue
+                name = f"{stem}_{len(written):02d}_{kind}_{'_'.join(dict.fromkeys(ops))}"[:80]
+                written[source] = Harvested(name, kind, source, ops, specs)
+            written[source].occurrences.append(where)
+    problems = []
+    for item in written.values():
+        (out_dir / f"{item.name}.py").write_text(item.source, encoding="utf-8")
+        problems.append(
+            {
+                "problem": item.name,
+                "file": f"{item.name}.py",
+                "kind": item.kind,
+                "ops": item.ops,
+                "inputs": item.inputs,
+                "occurrences": item.occurrences,
+                "gpu_time_share": None,  # measured from the Inductor-compiled model on a GPU: not written yet
+            }
+        )
+    summary = {"model": str(model_file), "graphs": len(graphs), "problems": problems, "skipped": skipped}
+    (out_dir / "harvest.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
+    return summary

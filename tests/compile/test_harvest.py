@@ -1,0 +1,76 @@
+"""``ksmith harvest``: model -> problems, and the loop back: evolve one, export it, swap it into the model."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+
+from ksmith_compile import Recorder  # noqa: E402
+from ksmith_compile.harvest import harvest  # noqa: E402
+from ksmith_core.loading import load_problem  # noqa: E402
+
+from .conftest import DATA, ksmith  # noqa: E402
+from .helpers import tiny_llama  # noqa: E402
+
+
+@pytest.mark.slow
+def test_harvest_writes_one_problem_per_distinct_region_at_the_models_shapes(tmp_path):
+    summary = harvest(DATA / "tiny_llama.py", tmp_path / "out")
+    problems = {tuple(p["ops"]): p for p in summary["problems"]}
+    norm = problems[("to", "pow", "mean", "add", "rsqrt", "mul", "to", "mul")]
+    assert norm["kind"] == "fusible" and len(norm["occurrences"]) == 2  # the layer's two norms, written once
+    assert norm["inputs"] == [{"shape": [2, 8, 64], "dtype": "float32"}]
+    assert problems[("silu", "mul")]["kind"] == "fusible"  # the activation product
+    assert problems[("linear", "silu", "mul")]["kind"] == "matmul"  # the gate projection with its epilogue
+    assert problems[("add", "to", "pow", "mean", "add", "rsqrt", "mul", "to", "mul")]["kind"] == "fusible"
+    assert sum(1 for p in summary["problems"] if p["ops"] == ["linear"]) == 2  # q (64x64); k and v (32x64)
+    assert json.loads((tmp_path / "out" / "harvest.json").read_text()) == summary
+    for p in summary["problems"]:  # every file is a KernelBench problem ksmith loads
+        assert load_problem(tmp_path / "out" / p["file"]).name == p["problem"]
+
+
+@pytest.mark.slow
+def test_a_harvested_problem_evolved_and_exported_swaps_back_into_the_model(tmp_path):
+    out = tmp_path / "problems"
+    proc = ksmith("harvest", DATA / "tiny_llama.py", "-o", out, "--device", "cpu", "--json")
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)
+    norm = next(p for p in summary["problems"] if p["ops"][:5] == ["to", "pow", "mean", "add", "rsqrt"])
+    run = tmp_path / "run"
+    proc = ksmith(
+        "evolve", out / norm["file"], "--seed", DATA / "harvested_rmsnorm.seed.py",
+        "--budget", "2", "--device", "cpu", "--run-dir", run, "--json",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["best"]["status"] == "ok"
+    proc = ksmith("export", run, "--target", "library", "-o", tmp_path / "lib")
+    assert proc.returncode == 0, proc.stderr
+
+    model, inputs = tiny_llama()
+    with torch.no_grad():
+        want = model(*inputs)
+        torch._dynamo.reset()
+        with Recorder() as recorder:
+            compiled = torch.compile(model, backend="kernelsmith", options={"library": str(tmp_path / "lib")})
+            got = compiled(*inputs)
+    # Both layer norms, and the final norm inside the residual + norm region: the norm matches there too.
+    assert [r.swapped for r in recorder.regions] == [True, True, True]
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (["nowhere.py", "-o", "out"], "nowhere.py: no such model file"),
+        ([str(DATA / "llama_rmsnorm.seed.py"), "-o", "out"], "defines no Model, get_inputs"),
+    ],
+)
+def test_harvest_bad_input_is_one_line_and_exit_2(args, fragment, tmp_path):
+    proc = ksmith("harvest", *args, cwd=tmp_path)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and fragment in lines[0], proc.stderr
