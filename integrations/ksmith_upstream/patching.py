@@ -11,6 +11,7 @@ layout and style comparing the two paths over an edge-case sweep, a micro-benchm
 from __future__ import annotations
 
 import difflib
+import json
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -652,17 +653,23 @@ def _conditions(ex: Extraction, facts: RunFacts) -> list[str]:
 
 
 def locate(upstream: UpstreamSource, provenance: dict, rebase: bool) -> Extraction:
-    """The launcher in ``upstream``, refusing sources that changed since the import unless ``rebase``."""
-    file = upstream.root / provenance["file"].removeprefix(upstream.project.repo_prefix)
-    if file.is_file() and sha256_of(file) == provenance["sha256"]:
-        return extract(upstream, provenance["symbol"])
-    if not rebase:
-        state = "is gone from" if not file.is_file() else "changed in"
-        raise UpstreamError(
-            f"{provenance['file']} {state} {upstream.project.name} {upstream.version} since the import "
-            "(sha256 differs); pass --rebase to re-apply the change to the new source"
-        )
-    return extract(upstream, provenance["launcher"])  # found anew by name: upstream moves files
+    """The launcher in ``upstream``, refusing sources that changed since the import unless ``rebase``.
+
+    Every file the import drew from is checked (the launcher's module and the modules its helpers came from).
+    """
+    files = provenance.get("files") or {provenance["file"]: provenance["sha256"]}
+    for repo_path, sha in files.items():
+        file = upstream.root / repo_path.removeprefix(upstream.project.repo_prefix)
+        if file.is_file() and sha256_of(file) == sha:
+            continue
+        if not rebase:
+            state = "is gone from" if not file.is_file() else "changed in"
+            raise UpstreamError(
+                f"{repo_path} {state} {upstream.project.name} {upstream.version} since the import "
+                "(sha256 differs); pass --rebase to re-apply the change to the new source"
+            )
+        return extract(upstream, provenance["launcher"])  # found anew by name: upstream moves files
+    return extract(upstream, provenance["symbol"])
 
 
 def write_patch(project: Project, run: str, upstream: UpstreamSource, out: Path, rebase: bool) -> list[Path]:
@@ -682,17 +689,34 @@ def write_patch(project: Project, run: str, upstream: UpstreamSource, out: Path,
     else:
         test_code = format_file(project, render_lmdeploy_test(ex, recipe, sizes, mod))
     bench_code = format_file(project, render_bench(ex, recipe, sizes, mod))
+    bench_path = bench_path or bench_name(ex)  # LMDeploy has no kernel benchmark tree: it ships beside PR.md
+    files = {ex.repo_path: new_code, test_path: test_code, bench_path: bench_code}
+    in_patch = [p for p in files if p != bench_name(ex)]
     diff = unified_diff(ex.repo_path, ex.file.read_text(encoding="utf-8"), new_code)
-    diff += unified_diff(test_path, None, test_code)
-    written = []
-    if bench_path:
-        diff += unified_diff(bench_path, None, bench_code)
-    else:
-        bench = out / bench_name(ex)
-        bench.write_text(bench_code, encoding="utf-8")
-        written.append(bench)
+    diff += "".join(unified_diff(p, None, files[p]) for p in in_patch[1:])
     patch = out / f"{ex.launcher}.patch"
     patch.write_text(diff, encoding="utf-8")
     pr = out / "PR.md"
-    pr.write_text(render_pr(project, ex, facts, mod, fmt_note, (test_path, bench_path)), encoding="utf-8")
-    return [patch, pr, *written]
+    shown = (test_path, bench_path if bench_path in in_patch else None)
+    pr.write_text(render_pr(project, ex, facts, mod, fmt_note, shown), encoding="utf-8")
+    written = [patch, pr]
+    if bench_path not in in_patch:
+        written.append(out / bench_path)
+        (out / bench_path).write_text(bench_code, encoding="utf-8")
+    for path, code in files.items():  # the files as patched, for review and for `ksmith_upstream.standalone`
+        (out / "tree" / path).parent.mkdir(parents=True, exist_ok=True)
+        (out / "tree" / path).write_text(code, encoding="utf-8")
+    manifest = {
+        "project": project.name,
+        "version": upstream.version,
+        "launcher": ex.launcher,
+        "module": ex.module,
+        "kernel_file": ex.repo_path,
+        "test_file": test_path,
+        "bench_file": bench_path,
+        "run": facts.run,
+        "candidate": facts.candidate_id,
+    }
+    (out / "patch.json").write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+    written.append(out / "patch.json")
+    return written

@@ -73,72 +73,11 @@ def git_apply(repo: Path, patch: Path, check: bool) -> subprocess.CompletedProce
 PYTHON = sys.executable
 
 
-RUNNER_CONFTEST = '''
-"""Stands in for the upstream package: only the patched kernel module is loaded, from its file."""
-import importlib.util
-import sys
-import types
-import unittest
-
-PATCHED = {patched!r}
-MODULE = {module!r}
-
-
-def _package(name):
-    if name not in sys.modules:
-        mod = types.ModuleType(name)
-        mod.__path__ = []
-        sys.modules[name] = mod
-        parent, _, leaf = name.rpartition(".")
-        if parent:
-            setattr(_package(parent), leaf, mod)
-    return sys.modules[name]
-
-
-spec = importlib.util.spec_from_file_location(MODULE, PATCHED)
-kernel_module = importlib.util.module_from_spec(spec)
-parent, _, leaf = MODULE.rpartition(".")
-setattr(_package(parent), leaf, kernel_module)
-sys.modules[MODULE] = kernel_module
-spec.loader.exec_module(kernel_module)
-_package("sglang.test.ci").ci_register = types.SimpleNamespace(register_cuda_ci=lambda **kw: None)
-sys.modules["sglang.test.ci.ci_register"] = _package("sglang.test.ci").ci_register
-sys.modules["sglang.test.test_utils"] = types.SimpleNamespace(CustomTestCase=unittest.TestCase)
-'''
-
-
 def run_generated_test(test_file: Path, patched: Path, module: str, workdir: Path, cases: int = 3):
-    """Run a generated upstream test on CPU under the Triton interpreter, against the patched module only.
+    """A generated upstream test on CPU under the interpreter, against the patched module alone, first cases only."""
+    from ksmith_upstream.standalone import run_test
 
-    The upstream package is not importable here (it needs CUDA-only dependencies), so a conftest loads the
-    patched kernel file alone under its real module name. The test's ``cuda`` device becomes ``cpu`` and its
-    sweep is cut to the first ``cases`` cases, which the interpreter runs in seconds.
-    """
-    import ast
-
-    source = test_file.read_text(encoding="utf-8")
-    tree = ast.parse(source)
-    end = next(
-        n.end_lineno
-        for n in tree.body
-        if isinstance(n, ast.Assign) and any(getattr(t, "id", "") == "CASES" for t in n.targets)
-    )
-    lines = source.replace('"cuda"', '"cpu"').replace("'cuda'", "'cpu'").splitlines()
-    lines.insert(end, f"CASES = CASES[:{cases}]")
-    workdir.mkdir(parents=True, exist_ok=True)
-    (workdir / test_file.name).write_text("\n".join(lines) + "\n", encoding="utf-8")
-    (workdir / "conftest.py").write_text(
-        RUNNER_CONFTEST.format(patched=str(patched), module=module), encoding="utf-8"
-    )
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    return subprocess.run(
-        [PYTHON, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(workdir), str(workdir)],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=workdir,
-        timeout=600,
-    )
+    return run_test(test_file, patched, module, workdir, device="cpu", cases=cases)
 
 
 def recorded_run(run_dir: Path, problem: Path, candidate: Path, correct: bool) -> Path:

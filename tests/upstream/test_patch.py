@@ -61,7 +61,7 @@ def test_sglang_patch_applies_keeps_the_original_path_and_its_test_passes(
     proc = run_ksmith(ksmith_cmd, "patch", "sglang", run, "-o", out, env=ksmith_env)
     assert proc.returncode == 0, proc.stderr
     patch = out / "normal_decode_set_metadata.patch"
-    assert proc.stdout.split() == [str(patch), str(out / "PR.md")]
+    assert proc.stdout.split() == [str(patch), str(out / "PR.md"), str(out / "patch.json")]
     text = patch.read_text(encoding="utf-8")
     kernel_file = "python/sglang/kernels/ops/attention/metadata.py"
     test_file = "test/registered/kernels/ops/attention/test_normal_decode_set_metadata_evolved.py"
@@ -188,7 +188,7 @@ def test_lmdeploy_patch_applies_and_its_test_passes(upstream, ksmith_cmd, ksmith
     assert proc.returncode == 0, proc.stderr
     patch = out / "fused_single_group_topk_router.patch"
     bench = out / "bench_fused_single_group_topk_router_evolved.py"
-    assert proc.stdout.split() == [str(patch), str(out / "PR.md"), str(bench)]
+    assert proc.stdout.split() == [str(patch), str(out / "PR.md"), str(bench), str(out / "patch.json")]
     text = patch.read_text(encoding="utf-8")
     test_file = "tests/pytorch/kernel/test_fused_single_group_topk_router_evolved.py"
     assert f"+++ b/{test_file}" in text
