@@ -88,3 +88,134 @@ def dataset(runs, output, min_gain, test_fraction, as_json):
 @click.group()
 def train():
     """Train a local improver on step data: SFT, or GRPO rewarded by the evaluator."""
+
+
+@train.command("sft")
+@click.option(
+    "--model", "model", required=True, help="Base model: a local transformers directory or .gguf file."
+)
+@click.option(
+    "--data",
+    type=click.Path(file_okay=False, path_type=Path),
+    required=True,
+    help="A directory written by `ksmith dataset`.",
+)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(file_okay=False, path_type=Path),
+    required=True,
+    help="Adapter directory.",
+)
+@click.option("--max-steps", type=int, default=100, show_default=True, help="Optimizer steps.")
+@click.option(
+    "--steps",
+    "steps",
+    type=click.Choice(["kept", "correct"]),
+    default="kept",
+    show_default=True,
+    help="Train on the kept (high-gain) steps, or on every correct step.",
+)
+@click.option("--learning-rate", type=float, default=1e-4, show_default=True)
+@click.option("--batch-size", type=int, default=2, show_default=True)
+@click.option("--max-length", type=int, default=4096, show_default=True, help="Tokens per example.")
+@click.option("--rank", type=int, default=16, show_default=True, help="LoRA rank.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print what was recorded as JSON.")
+def sft(model, data, output, max_steps, steps, learning_rate, batch_size, max_length, rank, seed, as_json):
+    """LoRA SFT (trl SFTTrainer, loss on the answer only) on the steps of a dataset."""
+    from ksmith_train.sft import train_sft
+
+    info = train_sft(
+        model,
+        data,
+        output,
+        max_steps=max_steps,
+        steps=steps,
+        learning_rate=learning_rate,
+        batch_size=batch_size,
+        max_length=max_length,
+        rank=rank,
+        seed=seed,
+    )
+    if as_json:
+        emit_json(info)
+        return
+    losses = info["losses"]
+    trend = f"loss {losses[0]:.3f} -> {losses[-1]:.3f}" if losses else "no loss logged"
+    click.echo(f"{info['max_steps']} steps on {info['examples']} examples, {trend} -> {output}")
+
+
+@train.command("grpo")
+@click.option(
+    "--model", "model", required=True, help="Base model: a local transformers directory or .gguf file."
+)
+@click.option(
+    "--problems", "problems", multiple=True, help="Problem (name or file) whose seed to improve; repeat."
+)
+@click.option(
+    "--data",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Or: the parents of a `ksmith dataset` directory's train split.",
+)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(file_okay=False, path_type=Path),
+    required=True,
+    help="Adapter directory.",
+)
+@click.option("--max-steps", type=int, default=50, show_default=True, help="Optimizer steps.")
+@click.option("--num-generations", type=int, default=4, show_default=True, help="Completions per prompt.")
+@click.option("--max-completion-length", type=int, default=1024, show_default=True, help="Tokens per answer.")
+@click.option("--learning-rate", type=float, default=1e-5, show_default=True)
+@click.option("--rank", type=int, default=16, show_default=True, help="LoRA rank.")
+@click.option(
+    "--device", type=click.Choice(["cuda", "cpu"]), default=None, help="Where candidates are judged."
+)
+@click.option("--timeout", type=float, default=None, help="Seconds one candidate may take (default 180).")
+@click.option("--parallel", type=int, default=1, show_default=True, help="Candidates judged at once.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print what was recorded as JSON.")
+def grpo(
+    model,
+    problems,
+    data,
+    output,
+    max_steps,
+    num_generations,
+    max_completion_length,
+    learning_rate,
+    rank,
+    device,
+    timeout,
+    parallel,
+    seed,
+    as_json,
+):
+    """LoRA GRPO (trl GRPOTrainer) rewarded by the evaluator's verdict on each proposed edit."""
+    from ksmith_core.clitools import eval_options
+    from ksmith_train.grpo import train_grpo
+
+    info = train_grpo(
+        model,
+        output,
+        problems=problems,
+        data=data,
+        max_steps=max_steps,
+        num_generations=num_generations,
+        max_completion_length=max_completion_length,
+        learning_rate=learning_rate,
+        rank=rank,
+        options=eval_options(device, timeout),
+        parallel=parallel,
+        seed=seed,
+    )
+    if as_json:
+        emit_json(info)
+        return
+    outcomes = ", ".join(f"{n} {name}" for name, n in sorted(info["outcomes"].items())) or "none"
+    click.echo(
+        f"{info['max_steps']} steps on {info['prompts']} prompts; answers judged: {outcomes} -> {output}"
+    )

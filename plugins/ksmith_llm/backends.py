@@ -1,4 +1,5 @@
-"""Where completions come from: an OpenAI-compatible server over HTTP, or vLLM in this process.
+"""Where completions come from: an OpenAI-compatible server over HTTP, vLLM in this process, or a local
+transformers model (a base directory or GGUF file, or a LoRA adapter on its base) in this process.
 
 Both answer a batch of conversations with one :class:`Completion` (or the error) per conversation, so the
 proposer above them is the same. The server client keeps its own retries (exponential backoff with jitter on
@@ -276,3 +277,81 @@ class VllmGenerator:
                 )
             )
         return completions
+
+
+# --------------------------------------------------------------------------------------------------------------
+# transformers, in process (a local base model or a LoRA adapter that ``ksmith train`` wrote)
+# --------------------------------------------------------------------------------------------------------------
+
+_local_models: dict[str, Any] = {}
+_local_lock = threading.Lock()
+
+
+def is_local_model(model: str | None) -> bool:
+    """Whether ``model`` names a model on this machine (a directory or a .gguf file) rather than a served name."""
+    return bool(model) and os.path.exists(os.path.expanduser(str(model)))
+
+
+class TransformersGenerator:
+    """Generation with transformers in this process: no server. Slow next to vLLM; meant for checking a
+    trained adapter on a few steps and for CPU tests. Loaded once per model path and kept for the process.
+
+    Needs the ``train`` extra (transformers, peft, gguf); the loading itself is ``ksmith_train.models``.
+    """
+
+    def __init__(self, settings: Settings) -> None:
+        if not is_local_model(settings.model):
+            raise ProposerError(
+                f"the transformers backend needs a local model directory, .gguf file or adapter: "
+                f"--llm-model {settings.model or 'PATH'} does not exist"
+            )
+        from ksmith_train.models import load_for_inference
+
+        self.settings = settings
+        key = os.path.realpath(os.path.expanduser(str(settings.model)))
+        with _local_lock:
+            if key not in _local_models:
+                _local_models[key] = load_for_inference(key)
+            self.hf_model, self.tokenizer, self.model = _local_models[key]
+        self.lock = threading.Lock()
+
+    def chat(self, conversation: Conversation) -> Completion:
+        import torch
+
+        inputs = self.tokenizer.apply_chat_template(
+            conversation, add_generation_prompt=True, return_tensors="pt", return_dict=True
+        )
+        sampling = self.settings.temperature > 0
+        kwargs: dict[str, Any] = {
+            "max_new_tokens": self.settings.max_tokens,
+            "do_sample": sampling,
+            "pad_token_id": self.tokenizer.pad_token_id,
+        }
+        if sampling:
+            kwargs["temperature"] = self.settings.temperature
+        else:  # greedy: unset the model's own sampling defaults so transformers does not warn about them
+            kwargs.update(temperature=None, top_p=None, top_k=None)
+        with self.lock, torch.no_grad():
+            output = self.hf_model.generate(**inputs, **kwargs)
+        prompt_length = inputs["input_ids"].shape[1]
+        new_tokens = output[0][prompt_length:].tolist()
+        eos = self.tokenizer.eos_token_id
+        stopped = bool(new_tokens) and new_tokens[-1] == eos
+        return Completion(
+            text=self.tokenizer.decode(new_tokens, skip_special_tokens=True),
+            prompt_tokens=int(prompt_length),
+            completion_tokens=len(new_tokens),
+            model=self.model,
+            finish_reason="stop" if stopped or len(new_tokens) < self.settings.max_tokens else "length",
+        )
+
+    def chat_batch(self, conversations: list[Conversation]) -> list[Completion | GenerationFailed]:
+        results: list[Completion | GenerationFailed] = []
+        for conversation in conversations:
+            try:
+                results.append(self.chat(conversation))
+            except RuntimeError as exc:  # e.g. a prompt longer than the model's context
+                results.append(
+                    GenerationFailed(f"transformers generation failed: {str(exc).splitlines()[0]}")
+                )
+        return results

@@ -1,7 +1,9 @@
 """The LLM proposers: ``llm`` (any OpenAI-compatible server) and ``vllm`` (offline batch generation).
 
 Settings come from ``run.config.proposer_options`` -- ``base_url`` and ``model`` (the CLI's ``--llm-base-url``
-and ``--llm-model``), and optionally ``max_tokens``, ``temperature``, ``concurrency``, ``timeout``,
+and ``--llm-model``; a local model directory, .gguf file or LoRA adapter given as ``model`` with no server
+is generated from in process with transformers, as wherever ``backend`` is ``transformers``), and optionally
+``max_tokens``, ``temperature``, ``concurrency``, ``timeout``,
 ``retries``, ``backoff``, ``hints`` (the user's own guidance, added to every prompt), ``extra_body`` and, for
 vllm, ``vllm_args`` (keyword arguments for ``vllm.LLM``). The server
 falls back to ``OPENAI_BASE_URL``; the key is read from ``OPENAI_API_KEY`` when the client is made and is
@@ -28,7 +30,14 @@ from ksmith_core.capabilities import Proposer, SeedMethod
 from ksmith_core.errors import ConfigError
 from ksmith_core.model import Problem, Proposal
 from ksmith_llm import proposer as core
-from ksmith_llm.backends import Generator, ServerGenerator, Settings, VllmGenerator
+from ksmith_llm.backends import (
+    Generator,
+    ServerGenerator,
+    Settings,
+    TransformersGenerator,
+    VllmGenerator,
+    is_local_model,
+)
 
 PROPOSERS = ("llm", "vllm")
 
@@ -37,10 +46,21 @@ _generators: weakref.WeakKeyDictionary[Any, Generator] = weakref.WeakKeyDictiona
 _generators_lock = threading.Lock()
 
 
+BACKENDS = ("server", "transformers")
+
+
 def make_generator(proposer: str, options: Mapping[str, Any] | None) -> Generator:
     settings = Settings.from_options(options)
     if proposer == "vllm":
         return VllmGenerator(settings, (options or {}).get("vllm_args"))
+    backend = (options or {}).get("backend")
+    if backend not in (None, *BACKENDS):
+        raise ConfigError(f"--llm-option backend must be one of {', '.join(BACKENDS)} (got {backend!r})")
+    # A local model path with no server named is loaded in process (a trained adapter, a GGUF file).
+    if backend == "transformers" or (
+        backend is None and settings.base_url is None and is_local_model(settings.model)
+    ):
+        return TransformersGenerator(settings)
     return ServerGenerator(settings)
 
 
