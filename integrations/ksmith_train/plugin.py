@@ -7,6 +7,8 @@ without the ``train`` extra; a command that needs it says ``pip install 'kernel-
 
 from __future__ import annotations
 
+import contextlib
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -126,18 +128,19 @@ def sft(model, data, output, max_steps, steps, learning_rate, batch_size, max_le
     """LoRA SFT (trl SFTTrainer, loss on the answer only) on the steps of a dataset."""
     from ksmith_train.sft import train_sft
 
-    info = train_sft(
-        model,
-        data,
-        output,
-        max_steps=max_steps,
-        steps=steps,
-        learning_rate=learning_rate,
-        batch_size=batch_size,
-        max_length=max_length,
-        rank=rank,
-        seed=seed,
-    )
+    with contextlib.redirect_stdout(sys.stderr):  # the trainer's logs; stdout is for the result
+        info = train_sft(
+            model,
+            data,
+            output,
+            max_steps=max_steps,
+            steps=steps,
+            learning_rate=learning_rate,
+            batch_size=batch_size,
+            max_length=max_length,
+            rank=rank,
+            seed=seed,
+        )
     if as_json:
         emit_json(info)
         return
@@ -198,20 +201,21 @@ def grpo(
     from ksmith_core.clitools import eval_options
     from ksmith_train.grpo import train_grpo
 
-    info = train_grpo(
-        model,
-        output,
-        problems=problems,
-        data=data,
-        max_steps=max_steps,
-        num_generations=num_generations,
-        max_completion_length=max_completion_length,
-        learning_rate=learning_rate,
-        rank=rank,
-        options=eval_options(device, timeout),
-        parallel=parallel,
-        seed=seed,
-    )
+    with contextlib.redirect_stdout(sys.stderr):  # the trainer's logs; stdout is for the result
+        info = train_grpo(
+            model,
+            output,
+            problems=problems,
+            data=data,
+            max_steps=max_steps,
+            num_generations=num_generations,
+            max_completion_length=max_completion_length,
+            learning_rate=learning_rate,
+            rank=rank,
+            options=eval_options(device, timeout),
+            parallel=parallel,
+            seed=seed,
+        )
     if as_json:
         emit_json(info)
         return
