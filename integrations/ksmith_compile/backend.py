@@ -34,8 +34,8 @@ OWN_OPTIONS = ("library", "log_swaps")
 class Region:
     """One entry's outcome in one compiled graph: a match (swapped or not, why) or no match at all."""
 
-    region: str  # "<entry>" or "<entry>@<node>"
-    entry: str
+    region: str  # "<entry>@<node>" (a match), "<entry>" (no match) or "<kind>:<ops>@<node>" (no entry)
+    entry: str  # "" for a region of the model no entry matches
     swapped: bool
     reason: str
     graph: int = 0  # which compiled graph (Dynamo may make several: graph breaks, recompiles)
@@ -101,7 +101,7 @@ def kernelsmith_backend(
     for region in regions:
         if region.swapped:
             log.log(level, "kernelsmith: %s %s", region.region, region.reason)
-        elif "@" in region.region:
+        elif region.entry and "@" in region.region:  # a match left alone; not every unmatched region
             log.log(level, "kernelsmith: kept %s: %s", region.region, region.reason)
     patches = {k: v for k, v in options.items() if k not in OWN_OPTIONS}
     if mode and mode != "default":
@@ -115,6 +115,9 @@ def swap_regions(gm: torch.fx.GraphModule, library: Library, graph_index: int = 
     """Replace, in place, every match of a library pattern whose guards hold; one Region per outcome."""
     from torch.fx.passes.utils.matcher_utils import SubgraphMatcher
 
+    from .harvest import find_regions
+
+    model_regions = find_regions(gm)  # what harvest would write, named before any node is replaced
     regions: list[Region] = []
     for entry in library.entries:
         matcher = SubgraphMatcher(
@@ -137,6 +140,15 @@ def swap_regions(gm: torch.fx.GraphModule, library: Library, graph_index: int = 
                 )
             else:
                 regions.append(Region(region, entry.name, False, why_not, graph_index))
+    matched = {r.region.split("@", 1)[1] for r in regions if "@" in r.region}
+    for kind, nodes in model_regions:
+        if nodes[-1].name not in matched:
+            ops = "+".join(
+                dict.fromkeys(n.target if n.op == "call_method" else n.target.__name__ for n in nodes)
+            )
+            regions.append(
+                Region(f"{kind}:{ops}@{nodes[-1].name}", "", False, "no library entry", graph_index)
+            )
     if any(r.swapped for r in regions):
         gm.graph.lint()
         gm.recompile()

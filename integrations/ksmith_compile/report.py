@@ -65,7 +65,15 @@ def compile_report(model_file: Path, library: Path, device: str = "cpu") -> dict
     regions = [r.to_dict() for r in recorder.regions]
     lib = recorder.library
     for name, reason in lib.skipped.items() if lib is not None else ():
-        regions.append({"region": name, "entry": name, "swapped": False, "reason": f"not loaded: {reason}"})
+        regions.append(
+            {
+                "region": name,
+                "entry": name,
+                "swapped": False,
+                "reason": f"not loaded: {reason}",
+                "graph": None,
+            }
+        )
     diff = None
     if isinstance(got, torch.Tensor) and isinstance(want, torch.Tensor) and got.shape == want.shape:
         diff = (got.float() - want.float()).abs().max().item()

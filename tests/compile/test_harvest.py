@@ -58,7 +58,7 @@ def test_a_harvested_problem_evolved_and_exported_swaps_back_into_the_model(tmp_
             compiled = torch.compile(model, backend="kernelsmith", options={"library": str(tmp_path / "lib")})
             got = compiled(*inputs)
     # Both layer norms, and the final norm inside the residual + norm region: the norm matches there too.
-    assert [r.swapped for r in recorder.regions] == [True, True, True]
+    assert [r.swapped for r in recorder.regions if r.entry] == [True, True, True]
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
 
 
