@@ -15,6 +15,7 @@ from typing import Any
 import libcst as cst
 
 from ksmith_core.errors import CandidateError
+from ksmith_mutate.gemm_configs import gemm_config_changes, tile_names
 from ksmith_mutate.source_model import (
     DOT_AXIS,
     GROUP_NAMES,
@@ -30,6 +31,7 @@ from ksmith_mutate.source_model import (
 
 # The edit kinds, in a fixed order so that choices made with a seeded generator are reproducible.
 EDIT_KINDS = (
+    "gemm_config",
     "block_size",
     "dot_tile",
     "group_m",
@@ -310,6 +312,8 @@ def _launch_changes(model: SourceModel, site: LaunchSite) -> Iterator[_Change]:
     uses_dot = kernel.uses_dot if kernel is not None else any(DOT_AXIS.match(n) for n in literals)
     label = _site_label(model, site)
     block_names = [n for n in literals if is_block_name(n)]
+    if uses_dot and (kernel is None or not kernel.autotuned):
+        yield from _gemm_config_changes(site, label, literals)
 
     for name, old in literals.items():
         if is_block_name(name):
@@ -365,6 +369,24 @@ def _launch_changes(model: SourceModel, site: LaunchSite) -> Iterator[_Change]:
                     safer=new < current,
                     detail=_d("num_stages", current, new),
                 )
+
+
+def _gemm_config_changes(site: LaunchSite, label: str, literals: dict[str, int]) -> Iterator[_Change]:
+    names = tile_names(literals)
+    if names is None:
+        return
+    couplings = {name: _grid_coupling(site, name, literals[name]) for name in names.values()}
+    if any(grid_literals is None for _, grid_literals in couplings.values()):
+        return  # a tile size whose grid coupling is ambiguous is never edited
+    grid_literals = {name: lits for name, (_, lits) in couplings.items() if lits}
+    for config, pairs, shrinks in gemm_config_changes(site, literals, grid_literals, MAX_DOT_ACCUMULATOR):
+        yield _change(
+            "gemm_config",
+            f"GEMM config -> {config.label()} (Inductor's mm template) in {label}",
+            pairs,
+            safer=shrinks,
+            detail={"config": list(config), "direction": "down" if shrinks else "up"},
+        )
 
 
 def _d(name: str, old: int, new: int) -> dict[str, Any]:

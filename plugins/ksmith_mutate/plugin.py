@@ -100,6 +100,11 @@ log = logging.getLogger(__name__)
 # Within the chosen kind, an edit that keeps going the way the parent's own (gainful) edit went -- BLOCK_SIZE
 # up again after BLOCK_SIZE up paid -- is this many times likelier than any other edit of the kind.
 MOMENTUM_WEIGHT = 4.0
+# A parent far below its compute roofline (a tiled matmul on small tiles) gains from more reuse per program:
+# tile edits that grow the tile are this many times likelier. Below this roofline fraction it applies.
+GROW_TILE_WEIGHT = 4.0
+GROW_TILE_BELOW = 0.7
+TILE_KINDS = ("gemm_config", "dot_tile")
 
 __all__ = ["MUTATE", "NAME", "best_working_ancestor", "ksmith_register_proposers", "launch_config", "propose"]
 
@@ -239,6 +244,16 @@ def _continues(momentum: tuple[str, str] | None, edit: Edit) -> bool:
     return momentum is not None and momentum == (edit.kind, str(edit.detail.get("direction")))
 
 
+def _wants_bigger_tiles(verdict: Any) -> bool:
+    """Compute-bound and far from the roofline: the tile does too little work per byte it loads."""
+    fraction = getattr(verdict, "roofline_fraction", None)
+    return (
+        getattr(verdict, "roofline_bound", None) == "compute"
+        and fraction is not None
+        and fraction < GROW_TILE_BELOW
+    )
+
+
 def best_working_ancestor(by_id: dict[str, Scored], scored: Scored) -> Scored | None:
     """The accepted candidate with the highest score on ``scored``'s first-parent chain (``None`` if none)."""
     best: Scored | None = None
@@ -289,9 +304,21 @@ def _pick_edit(
         pool = [e for e in remaining if e.safer] if plan.safer else remaining
         pool = pool or remaining
         kinds = [kind for kind in EDIT_KINDS if any(e.kind == kind for e in pool)]
-        kind = bandit.choose(kinds, rng, pending)
+        grow = _wants_bigger_tiles(plan.parent.verdict)
+        # Far below the compute roofline, the tile is what is wrong: a config jump is tried before any
+        # other kind the bandit has not tried yet (after that, measured gains decide as for every kind).
+        untried_tile = [k for k in kinds if k == "gemm_config" and bandit.pulls[k] + pending[k] == 0]
+        kind = untried_tile[0] if grow and untried_tile else bandit.choose(kinds, rng, pending)
         of_kind = [e for e in pool if e.kind == kind]
-        weights = [MOMENTUM_WEIGHT if _continues(plan.momentum, e) else 1.0 for e in of_kind]
+        weights = [
+            (MOMENTUM_WEIGHT if _continues(plan.momentum, e) else 1.0)
+            * (
+                GROW_TILE_WEIGHT
+                if grow and e.kind in TILE_KINDS and e.detail.get("direction") == "up"
+                else 1.0
+            )
+            for e in of_kind
+        ]
         edit = rng.choices(of_kind, weights=weights, k=1)[0]
         remaining.remove(edit)
         try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import re
 
 import libcst as cst
 import pytest
@@ -37,6 +38,11 @@ def test_every_edit_reparses_and_touches_one_statement(name):
     for edit in edits:
         cst.parse_module(edit.source)
         removed, added = changed_lines(source, edit.source)
+        if edit.kind == "gemm_config":
+            # One launch statement, several of its keywords: only `NAME=<int>,` lines change.
+            assert all(re.fullmatch(r"\w+=\d+,", line) for line in removed + added), edit.description
+            assert 1 <= len(added) <= 6, edit.description
+            continue
         coupled_grid = "(and the grid)" in edit.description
         # A keyword appended to a one-per-line call adds a line and removes none.
         assert max(len(removed), len(added)) == (2 if coupled_grid else 1), edit.description
@@ -195,6 +201,44 @@ def test_dot_tiles_group_m_and_precision():
         "input_precision default -> ieee on tl.dot in _matmul_bias_relu_kernel",
         "input_precision default -> tf32x3 on tl.dot in _matmul_bias_relu_kernel",
     ]
+
+
+def test_gemm_config_moves_a_tiled_matmul_to_an_inductor_config_at_once():
+    source = seed_source("matmul_bias_relu")
+    configs = {tuple(e.detail["config"]): e for e in possible_edits(source, ("gemm_config",))}
+    assert (128, 128, 64, 3, 4) in configs  # one of Inductor's mm template configs (M, N, K, stages, warps)
+    edit = configs[(128, 128, 64, 3, 4)]
+    assert edit.detail["direction"] == "up" and not edit.safer
+    launch = launch_config(edit.source)["launches"][0]["literals"]
+    assert launch == {
+        "BLOCK_M": 128,
+        "BLOCK_N": 128,
+        "BLOCK_K": 64,
+        "GROUP_M": 8,
+        "num_warps": 4,
+        "num_stages": 3,
+    }
+    # Never an accumulator tile above 256 x 128, never the config the kernel already has (32x32x16, 4 warps,
+    # 3 stages is not one of Inductor's, so every config is offered once).
+    assert all(m * n <= 256 * 128 for (m, n, *_rest) in configs)
+    seeded = launch_config(source)["launches"][0]["literals"]
+    assert (
+        seeded["BLOCK_M"],
+        seeded["BLOCK_N"],
+        seeded["BLOCK_K"],
+        seeded["num_stages"],
+        seeded["num_warps"],
+    ) not in configs
+    again = {tuple(e.detail["config"]) for e in possible_edits(edit.source, ("gemm_config",))}
+    assert (128, 128, 64, 3, 4) not in again and len(again) == len(configs) - 1
+
+
+def test_gemm_config_needs_all_three_tile_sizes_and_skips_autotuned_kernels():
+    source = seed_source("matmul_bias_relu")
+    assert possible_edits(source, ("gemm_config",))
+    # Without a literal BLOCK_K at the launch (computed in forward), the config cannot be set as a whole.
+    fixed_k = re.sub(r"BLOCK_K=\d+", "BLOCK_K=min(64, K)", source)
+    assert not possible_edits(fixed_k, ("gemm_config",))
 
 
 def test_kinds_filter_and_deterministic_order():

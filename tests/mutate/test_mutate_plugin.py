@@ -241,3 +241,36 @@ def test_dot_precision_is_skipped_for_half_precision_problems(make_run):
     seed = add_seed(run, "matmul_bias_relu", ok(1.0))
     kinds = {p.edit_kind for p in plugin.propose(run, Selection(parents=(seed,)))}
     assert "dot_precision" not in kinds and "dot_tile" in kinds
+
+
+def test_a_compute_bound_parent_far_from_its_roofline_tries_a_bigger_gemm_config_first(make_run):
+    run = make_run("matmul_bias_relu")
+    far = replace(ok(0.4), roofline_bound="compute", roofline_fraction=0.35)
+    seed = add_seed(run, "matmul_bias_relu", far)
+    edits = possible_edits(seed.candidate.source)
+    area = 32 * 32  # the seed's accumulator tile
+    grown = 0
+    for trial in range(30):
+        run.rng.seed(trial)
+        plan = plugin._Plan(seed, False, "improve")
+        edit = plugin._pick_edit(
+            plan, {seed.candidate.id: list(edits)}, set(run.by_id), EditBandit(), Counter(), run.rng
+        )
+        assert edit.kind == "gemm_config"  # untried, and the tile is what is wrong
+        m, n = edit.detail["config"][:2]
+        grown += m * n > area
+    assert grown >= 24  # 4:1 for configs that grow the tile
+    # Near its roofline (or memory-bound), the config jump is one untried kind among the others.
+    near = add_seed(
+        run, "matmul_bias_relu", replace(ok(0.9), roofline_bound="compute", roofline_fraction=0.85)
+    )
+    kinds = set()
+    for trial in range(30):
+        run.rng.seed(trial)
+        plan = plugin._Plan(near, False, "improve")
+        kinds.add(
+            plugin._pick_edit(
+                plan, {near.candidate.id: list(edits)}, set(), EditBandit(), Counter(), run.rng
+            ).kind
+        )
+    assert len(kinds) > 3

@@ -1,0 +1,146 @@
+"""The ``gemm_config`` edit: move a tiled matmul to another point of Inductor's own GEMM config space at once.
+
+A tiled matmul's tile sizes, warps and pipeline stages only pay off together: 64x64x32 tiles with 4 warps
+sit at a third of an H100's tensor throughput, 128x128x64 tiles with 4 warps spill, and the step-by-step
+edits (``dot_tile``, ``num_warps``, ``num_stages``) must cross such valleys one losing step at a time. This
+edit sets ``BLOCK_M``, ``BLOCK_N``, ``BLOCK_K``, ``num_warps``, ``num_stages`` (and ``GROUP_M`` where the
+kernel has it) to one configuration that Inductor's max-autotune itself tries for its mm template, so every
+proposal is a configuration some GPU runs well, and the evaluator says which one this GPU likes.
+
+The configurations are read from the installed torch (``torch._inductor.template_heuristics``, the list its
+mm template autotunes over), which is private API: when it cannot be read, the same list as torch 2.11 ships
+is used.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator
+from typing import NamedTuple
+
+import libcst as cst
+
+from ksmith_mutate.source_model import DOT_AXIS, GROUP_NAMES, LaunchSite
+
+
+class GemmConfig(NamedTuple):
+    block_m: int
+    block_n: int
+    block_k: int
+    num_stages: int
+    num_warps: int
+
+    def label(self) -> str:
+        return (
+            f"{self.block_m}x{self.block_n}x{self.block_k}, {self.num_warps} warps, {self.num_stages} stages"
+        )
+
+
+# Inductor's mm template configs (torch 2.11, BaseConfigHeuristic.mm_configs): (M, N, K, stages, warps).
+_FALLBACK = (
+    (32, 32, 16, 1, 2),
+    (32, 32, 128, 2, 4),
+    (32, 64, 32, 5, 8),
+    (64, 32, 32, 5, 8),
+    (64, 32, 128, 5, 4),
+    (64, 64, 16, 2, 4),
+    (64, 64, 32, 2, 4),
+    (64, 64, 64, 3, 8),
+    (64, 64, 128, 5, 4),
+    (64, 128, 32, 3, 4),
+    (64, 128, 32, 4, 8),
+    (64, 128, 64, 3, 4),
+    (64, 128, 128, 4, 4),
+    (128, 64, 32, 3, 4),
+    (128, 64, 32, 4, 8),
+    (128, 128, 32, 2, 8),
+    (128, 128, 32, 3, 4),
+    (128, 128, 64, 3, 4),
+    (128, 128, 64, 5, 8),
+    (128, 128, 128, 4, 8),
+    (128, 256, 64, 4, 8),
+)
+
+
+@functools.cache
+def inductor_gemm_configs() -> tuple[GemmConfig, ...]:
+    """Inductor's mm template configs from the installed torch, else torch 2.11's list."""
+    try:
+        from torch._inductor.template_heuristics.triton import BaseConfigHeuristic
+
+        found = tuple(
+            GemmConfig(int(c.block_m), int(c.block_n), int(c.block_k), int(c.num_stages), int(c.num_warps))
+            for c in BaseConfigHeuristic().mm_configs
+        )
+    except Exception:  # private API: moved, renamed or failing to build -- use the known list
+        found = ()
+    configs = found or tuple(GemmConfig(*c) for c in _FALLBACK)
+    return tuple(dict.fromkeys(configs))  # unique, in Inductor's order
+
+
+def tile_names(literals: dict[str, int]) -> dict[str, str] | None:
+    """The literal keyword naming each dot axis (``{"M": "BLOCK_M", ...}``) when all three are there."""
+    axes: dict[str, str] = {}
+    for name in literals:
+        match = DOT_AXIS.match(name)
+        if match:
+            axes.setdefault(match.group(1), name)
+    return axes if set(axes) == {"M", "N", "K"} else None
+
+
+class _Contains(cst.CSTVisitor):
+    def __init__(self, targets: set[int]) -> None:
+        self.targets = targets
+        self.found = False
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if id(node) in self.targets:
+            self.found = True
+        return not self.found
+
+
+def gemm_config_changes(
+    site: LaunchSite,
+    literals: dict[str, int],
+    grid_literals: dict[str, list[cst.Integer]],
+    max_accumulator: int,
+) -> Iterator[tuple[GemmConfig, list[tuple[cst.CSTNode, cst.CSTNode]], bool]]:
+    """Every Inductor config other than the current one, as node replacements for one launch site.
+
+    ``grid_literals`` maps each tile keyword to the ``cdiv`` literals of the grid that follow it (from the
+    grid-coupling scan); the launch call is rebuilt with every keyword set, and each grid literal outside the
+    call changes with its tile. Yields (config, replacements, whether the tile shrinks).
+    """
+    from ksmith_mutate.edits import with_keyword
+
+    names = tile_names(literals)
+    if names is None:
+        return
+    inside = _Contains({id(lit) for lits in grid_literals.values() for lit in lits})
+    site.call.visit(inside)
+    if inside.found:
+        return  # a grid literal inside the launch call itself: rebuilding the call would lose its edit
+    current = (literals[names["M"]], literals[names["N"]], literals[names["K"]])
+    group = next((n for n in GROUP_NAMES if n in literals), None)
+    for config in inductor_gemm_configs():
+        if config.block_m * config.block_n > max_accumulator:
+            continue
+        wanted = {
+            names["M"]: config.block_m,
+            names["N"]: config.block_n,
+            names["K"]: config.block_k,
+            "num_warps": config.num_warps,
+            "num_stages": config.num_stages,
+        }
+        if group is not None and literals[group] != 8:
+            wanted[group] = 8  # Inductor's configs use GROUP_M 8
+        if all(literals.get(name) == value for name, value in wanted.items()):
+            continue
+        call = site.call
+        for name, value in wanted.items():
+            call = with_keyword(call, name, cst.Integer(str(value)))
+        pairs: list[tuple[cst.CSTNode, cst.CSTNode]] = [(site.call, call)]
+        for axis, value in (("M", config.block_m), ("N", config.block_n), ("K", config.block_k)):
+            pairs.extend((lit, cst.Integer(str(value))) for lit in grid_literals.get(names[axis], []))
+        shrinks = config.block_m * config.block_n < current[0] * current[1]
+        yield config, pairs, shrinks
