@@ -7,6 +7,11 @@ kernel valid Triton. Only literal values are tuned: a value computed in ``forwar
 
 Edit kinds (the arms of the bandit):
 
+``gemm_config``
+    A tiled matmul's ``BLOCK_M`` / ``BLOCK_N`` / ``BLOCK_K``, ``num_warps`` and ``num_stages`` set at once to one
+    of Inductor's mm template configurations (:mod:`ksmith_mutate.gemm_configs`). A parent that is
+    compute-bound below 0.7 of its roofline tries this kind before other untried kinds, and favours
+    configurations that grow the tile four to one.
 ``block_size``
     A literal ``BLOCK_SIZE`` / ``BLOCK_*`` constexpr at a launch site of a kernel without ``tl.dot``, doubled
     or halved, staying a power of two in 16..8192 for one-dimensional blocks (1..8192 per axis, at most 65536
