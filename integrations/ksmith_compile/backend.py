@@ -5,6 +5,8 @@
 - ``library``: a library directory or a list of them [``KSMITH_LIBRARY``, ``os.pathsep``-separated; default
   ``./ksmith-library``];
 - ``log_swaps``: log every swap and every match left alone, with why, on stderr [``KSMITH_LOG_SWAPS=1``];
+- ``min_speedup``: leave an entry out when its verdict, measured on a GPU, is below this speedup over
+  torch.compile on its own problem [``KSMITH_MIN_SPEEDUP``; default 1.0];
 - anything else is passed to Inductor as a config patch, as ``backend="inductor"`` takes it.
 
 Each entry's pattern (its reference ``Model.forward`` captured with Dynamo) is matched against the graph
@@ -27,7 +29,7 @@ import torch
 from .library import Entry, Library, load_library
 
 log = logging.getLogger("ksmith_compile")
-OWN_OPTIONS = ("library", "log_swaps")
+OWN_OPTIONS = ("library", "log_swaps", "min_speedup")
 
 
 @dataclass(frozen=True)
@@ -92,7 +94,8 @@ def kernelsmith_backend(
     if log_swaps:
         _log_swaps_handler()
     graph_index = max((r.graphs for r in Recorder.active), default=0)
-    regions = swap_regions(gm, library, graph_index)
+    min_speedup = float(options.get("min_speedup", os.environ.get("KSMITH_MIN_SPEEDUP", 1.0)))
+    regions = swap_regions(gm, library, graph_index, min_speedup)
     for recorder in Recorder.active:
         recorder.graphs += 1
         recorder.library = library
@@ -111,8 +114,14 @@ def kernelsmith_backend(
     return compile_fx(gm, example_inputs, config_patches=patches or None)
 
 
-def swap_regions(gm: torch.fx.GraphModule, library: Library, graph_index: int = 0) -> list[Region]:
-    """Replace, in place, every match of a library pattern whose guards hold; one Region per outcome."""
+def swap_regions(
+    gm: torch.fx.GraphModule, library: Library, graph_index: int = 0, min_speedup: float = 1.0
+) -> list[Region]:
+    """Replace, in place, every match of a library pattern whose guards hold; one Region per outcome.
+
+    An entry measured on a GPU as slower than ``min_speedup`` times torch.compile on its own problem is not
+    swapped; entries with no such measurement (the CPU interpreter's) are, being verified correct.
+    """
     from torch.fx.passes.utils.matcher_utils import SubgraphMatcher
 
     from .harvest import find_regions
@@ -133,6 +142,14 @@ def swap_regions(gm: torch.fx.GraphModule, library: Library, graph_index: int = 
         for match in matches:
             region = f"{entry.name}@{match.returning_nodes[0].name}" if match.returning_nodes else entry.name
             why_not = _why_not(entry, match)
+            if (
+                why_not is None
+                and entry.speedup_vs_compile is not None
+                and entry.speedup_vs_compile < min_speedup
+            ):
+                why_not = (
+                    f"{entry.speedup_vs_compile:.3g}x vs torch.compile on its problem (< {min_speedup:g})"
+                )
             if why_not is None:
                 _replace(gm, entry, match)
                 regions.append(

@@ -75,6 +75,7 @@ class Entry:
     op: Any  # torch._ops.OpOverload
     reference: torch.nn.Module
     kernel: torch.nn.Module
+    speedup_vs_compile: float | None = None  # the verdict's, when measured on a GPU (None when interpreted)
     calls: int = 0  # times the evolved kernel ran
     fallbacks: int = 0  # times the guards sent a call to the reference instead
 
@@ -267,7 +268,12 @@ def load_entry(directory: Path) -> Entry:
     if missing:
         raise EntryError(f"ModelNew has no parameter/buffer {missing[0]!r} that Model has")
 
-    entry = Entry(name, directory, device_type, pattern, slots, None, reference, kernel)
+    verdict = meta.get("verdict") if isinstance(meta.get("verdict"), dict) else {}
+    measured = verdict.get("speedup_vs_compile")
+    speedup = (
+        float(measured) if isinstance(measured, (int, float)) and not verdict.get("interpreted") else None
+    )
+    entry = Entry(name, directory, device_type, pattern, slots, None, reference, kernel, speedup)
     entry.op = _register_op(entry, f"{slug}_{digest}")
     _check(entry, problem_file, name)
     return entry

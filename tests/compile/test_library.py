@@ -181,3 +181,21 @@ def test_a_broken_entry_is_one_warning_naming_it_and_is_left_out(library_copy, b
         library = load_library(library_copy)
     _one_warning(record, "llama_rmsnorm", fragment)
     assert library.entries == [] and list(library.skipped) == ["llama_rmsnorm"]
+
+
+def test_an_entry_measured_slower_than_torch_compile_is_not_swapped_unless_asked(library_copy):
+    entry_json = library_copy / "llama_rmsnorm" / "entry.json"
+    meta = json.loads(entry_json.read_text())
+    meta["verdict"].update(interpreted=False, speedup_vs_compile=0.8)  # as a GPU evaluation would record it
+    entry_json.write_text(json.dumps(meta))
+    library = load_library(library_copy)
+    model, (ids,) = tiny_llama()
+    with torch.no_grad():
+        gm, _ = dynamo_graph(model, ids)
+        kept = [r for r in swap_regions(gm, library) if r.entry]
+        gm, _ = dynamo_graph(model, ids)
+        swapped = [r for r in swap_regions(gm, library, min_speedup=0.5) if r.entry]
+    assert [(r.swapped, r.reason) for r in kept] == [
+        (False, "0.8x vs torch.compile on its problem (< 1)")
+    ] * 3
+    assert [r.swapped for r in swapped] == [True, True, True]

@@ -1,0 +1,218 @@
+"""Eager vs inductor vs kernelsmith on a Llama-style model, with a library evolved for its harvested regions.
+
+For each shape (prefill B x S, decode B x 1; no KV cache), the loop of docs/compile.md:
+
+1. write the model as a KernelBench file (transformers ``LlamaModel`` from a config, random weights, bf16);
+2. ``ksmith harvest`` it at that shape;
+3. ``ksmith bench --evolve --seed-from inductor`` every harvested problem;
+4. ``ksmith export`` every run with an accepted kernel into one library;
+5. time the model's forward: eager, ``backend="inductor"`` and ``backend="kernelsmith"``, each in the default
+   mode and in ``reduce-overhead`` mode (same mode compared with same mode), and record which regions were
+   swapped.
+
+Results: OUT/results.json and a markdown table on stdout. Steps 2-4 are skipped for a shape whose library
+exists already (``--reuse``), so the timing can be repeated alone.
+
+GPU (the numbers for docs/benchmarks.md):
+    python benchmarks/compile_llama.py --out benchmarks/results/<gpu-date>/compile_llama --budget 40
+Smoke test of the script on CPU (Triton interpreter; its timings mean nothing):
+    TRITON_INTERPRET=1 python benchmarks/compile_llama.py --device cpu --tiny --budget 2 --shapes 2x8 --out /tmp/cl
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+MODEL_FILE = '''"""Llama-style model from a config (random weights, no download), KernelBench format; written by
+benchmarks/compile_llama.py."""
+
+import torch
+import torch.nn as nn
+from transformers import LlamaConfig, LlamaModel
+
+CONFIG = {config!r}
+DTYPE = torch.{dtype}
+batch_size = {batch}
+seq_len = {seq}
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.model = LlamaModel(LlamaConfig(**CONFIG)).to(DTYPE)
+
+    def forward(self, input_ids):
+        return self.model(input_ids, use_cache=False).last_hidden_state
+
+
+def get_inputs():
+    return [torch.randint(0, CONFIG["vocab_size"], (batch_size, seq_len))]
+
+
+def get_init_inputs():
+    return []
+'''
+
+FULL = dict(
+    vocab_size=32000,
+    hidden_size=2048,
+    intermediate_size=8192,
+    num_hidden_layers=4,
+    num_attention_heads=16,
+    num_key_value_heads=4,
+    max_position_embeddings=4096,
+)
+TINY = dict(
+    vocab_size=128,
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=1,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=64,
+)
+
+
+def ksmith(*args: object) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-c", "from ksmith_core.cli import main; main()", *map(str, args)]
+    print("+ ksmith", " ".join(map(str, args)), flush=True)
+    return subprocess.run(cmd, capture_output=True, text=True)
+
+
+def build_library(model_file: Path, work: Path, device: str, budget: int) -> Path:
+    problems, bench_out, library = work / "problems", work / "bench", work / "library"
+    proc = ksmith("harvest", model_file, "-o", problems, "--device", device, "--json")
+    if proc.returncode != 0:
+        raise SystemExit(f"harvest failed: {proc.stderr.strip()}")
+    proc = ksmith(
+        "bench", problems, "--evolve", "--seed-from", "inductor", "--budget", budget,
+        "--device", device, "-o", bench_out, "--json",
+    )  # fmt: skip
+    (work / "bench.log").write_text(proc.stdout + proc.stderr)
+    library.mkdir(parents=True, exist_ok=True)
+    for run in sorted((bench_out / "runs").glob("*")):
+        proc = ksmith("export", run, "--target", "library", "-o", library)
+        if proc.returncode != 0:  # no accepted kernel for that region
+            print(f"  not exported: {run.name}: {proc.stderr.strip()}", flush=True)
+    return library
+
+
+def time_forward(fn, inputs, device: str, warmup: int, reps: int) -> float:
+    """Median milliseconds of one forward (CUDA events on a GPU)."""
+    import torch
+
+    for _ in range(warmup):
+        fn(*inputs)
+    times = []
+    for _ in range(reps):
+        if device == "cuda":
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn(*inputs)
+            end.record()
+            torch.cuda.synchronize()
+            times.append(start.elapsed_time(end))
+        else:
+            t0 = time.perf_counter()
+            fn(*inputs)
+            times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def measure(model_file: Path, library: Path, device: str, warmup: int, reps: int) -> dict:
+    import torch
+
+    import ksmith_compile
+    from ksmith_compile.report import load_model_file
+
+    module = load_model_file(model_file)
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = module.Model().eval()
+        inputs = list(module.get_inputs())
+    os.environ["KSMITH_LIBRARY"] = str(library)  # torch.compile takes no options= together with mode=
+    results: dict = {"regions": None}
+    with torch.no_grad():
+        want = model(*inputs)
+        results["eager_ms"] = time_forward(model, inputs, device, warmup, reps)
+        for mode in ("default", "reduce-overhead"):
+            for backend in ("inductor", "kernelsmith"):
+                torch._dynamo.reset()
+                with ksmith_compile.Recorder() as recorder:
+                    compiled = torch.compile(model, backend=backend, mode=mode)
+                    got = compiled(*inputs)
+                key = f"{backend}_{mode}"
+                results[f"{key}_max_abs_diff"] = (got.float() - want.float()).abs().max().item()
+                results[f"{key}_ms"] = time_forward(compiled, inputs, device, warmup, reps)
+                if backend == "kernelsmith" and mode == "default":
+                    results["regions"] = [r.to_dict() for r in recorder.regions]
+    results["swapped"] = sum(1 for r in results["regions"] or () if r["swapped"])
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    parser.add_argument("--shapes", nargs="+", default=["1x2048", "8x1", "64x1"], help="BATCHxSEQ")
+    parser.add_argument("--budget", type=int, default=40, help="evaluations per harvested problem")
+    parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--tiny", action="store_true", help="a one-layer hidden-64 model (smoke test)")
+    parser.add_argument("--layers", type=int, default=None, help="override num_hidden_layers (1: one layer)")
+    parser.add_argument("--reuse", action="store_true", help="keep a shape's library if it exists")
+    parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--reps", type=int, default=50)
+    args = parser.parse_args()
+
+    config = dict(TINY if args.tiny else FULL)
+    if args.layers:
+        config["num_hidden_layers"] = args.layers
+    args.out.mkdir(parents=True, exist_ok=True)
+    all_results = {"config": config, "dtype": args.dtype, "budget": args.budget, "shapes": {}}
+    for shape in args.shapes:
+        batch, seq = (int(v) for v in shape.split("x"))
+        work = args.out / f"b{batch}_s{seq}"
+        work.mkdir(parents=True, exist_ok=True)
+        model_file = work / "model.py"
+        model_file.write_text(MODEL_FILE.format(config=config, dtype=args.dtype, batch=batch, seq=seq))
+        library = work / "library"
+        if not (args.reuse and library.is_dir()):
+            library = build_library(model_file, work, args.device, args.budget)
+        result = measure(model_file, library, args.device, args.warmup, args.reps)
+        all_results["shapes"][shape] = result
+        (args.out / "results.json").write_text(json.dumps(all_results, indent=2))
+
+    try:
+        import torch
+
+        all_results["versions"] = {"torch": torch.__version__}
+        if args.device == "cuda":
+            all_results["gpu"] = torch.cuda.get_device_name()
+    except Exception:  # noqa: BLE001 - versions are a courtesy
+        pass
+    (args.out / "results.json").write_text(json.dumps(all_results, indent=2))
+    print(
+        "| shape | eager ms | inductor ms | kernelsmith ms | speedup | inductor RO ms | kernelsmith RO ms | speedup RO | swapped |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    for shape, r in all_results["shapes"].items():
+        d = r["inductor_default_ms"] / r["kernelsmith_default_ms"]
+        ro = r["inductor_reduce-overhead_ms"] / r["kernelsmith_reduce-overhead_ms"]
+        print(
+            f"| {shape} | {r['eager_ms']:.3f} | {r['inductor_default_ms']:.3f} | {r['kernelsmith_default_ms']:.3f} "
+            f"| {d:.3f}x | {r['inductor_reduce-overhead_ms']:.3f} | {r['kernelsmith_reduce-overhead_ms']:.3f} "
+            f"| {ro:.3f}x | {r['swapped']} |"
+        )
+
+
+if __name__ == "__main__":
+    main()
