@@ -251,7 +251,7 @@ class _Closure:
         self.order: list[Definition] = []
         self.imports: set[str] = set()
         self.files: list[Path] = []
-        self.bound: dict[str, str] = {}  # name in the output -> module it came from
+        self.bound: dict[str, tuple[str, str]] = {}  # name in the output -> (its module, its code)
 
     def _load(self, module: str) -> _Module:
         if module in self.modules:
@@ -325,11 +325,17 @@ class _Closure:
             definition = loaded.defs[name]
             if id(definition.node) in self.emitted:
                 return
+            code = cst.Module(body=[]).code_for_node(definition.node)
             for bound in definition.names:
                 other = self.bound.get(bound)
-                if other is not None and other != module:
-                    raise UpstreamError(f"{bound} is defined in both {other} and {module}; cannot merge them")
-                self.bound[bound] = module
+                if other is not None and other[0] != module:
+                    if other[1] == code:  # the same statement in two modules (``logger = ...``): keep one
+                        self.emitted.add(id(definition.node))
+                        return
+                    raise UpstreamError(
+                        f"{bound} is defined in both {other[0]} and {module}; cannot merge them"
+                    )
+                self.bound[bound] = (module, code)
             self.emitted.add(id(definition.node))
             for read in sorted(_reads(definition.node)):
                 if read not in definition.names or isinstance(definition.node, (cst.If, cst.Try)):

@@ -66,7 +66,7 @@ def _literal(name: str, value: object) -> str:
     return f"{name} = " + pprint.pformat(value, width=100, sort_dicts=False)
 
 
-def _harness(recipe: Recipe, ex: Extraction, cls: str) -> str:
+def harness(recipe: Recipe, ex: Extraction, cls: str) -> str:
     tensors = call_parameters(recipe)
     config = list(recipe.config)
     init = "\n".join(f"        self.{c} = {c}" for c in config)
@@ -100,7 +100,7 @@ def render_problem(ex: Extraction, recipe: Recipe, sizes: dict, small: dict) -> 
         f"# Full sizes: {recipe.model}.\n{globals_}",
         recipe.make_inputs.strip("\n"),
         recipe.call.strip("\n"),
-        _harness(recipe, ex, "Model").strip("\n"),
+        harness(recipe, ex, "Model").strip("\n"),
         f"def get_inputs():\n    return make_inputs({size_args})",
         f"def get_init_inputs():\n    return [{', '.join(recipe.config)}]",
     ]
@@ -116,7 +116,7 @@ def render_seed(ex: Extraction, recipe: Recipe) -> str:
         doc,
         ex.code(HARNESS_IMPORTS).strip("\n"),
         recipe.call.strip("\n"),
-        _harness(recipe, ex, "ModelNew").strip("\n"),
+        harness(recipe, ex, "ModelNew").strip("\n"),
     ]
     return "\n\n\n".join(parts) + "\n"
 

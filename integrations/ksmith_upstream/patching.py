@@ -10,17 +10,19 @@ layout and style comparing the two paths over an edge-case sweep, a micro-benchm
 
 from __future__ import annotations
 
+import ast
 import difflib
 import json
 import subprocess
 import sys
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
 import libcst as cst
 
 from ksmith_upstream.extract import Extraction, _defined_names, _reads, extract
-from ksmith_upstream.importer import call_parameters, read_provenance
+from ksmith_upstream.importer import call_parameters, harness, read_provenance
 from ksmith_upstream.recipes import Recipe, recipe_for
 from ksmith_upstream.source import Project, UpstreamError, UpstreamSource, sha256_of
 
@@ -117,6 +119,23 @@ class Codemod:
     changed: list[str]  # upstream names whose evolved versions were added
 
 
+def _check_harness(cand: cst.Module, ex: Extraction, recipe: Recipe) -> None:
+    """The candidate's ``ModelNew`` and ``call`` must be the seed's: the patch carries only the upstream code."""
+    expected = {"ModelNew": harness(recipe, ex, "ModelNew"), "call": recipe.call}
+    for stmt in cand.body:
+        if isinstance(stmt, (cst.ClassDef, cst.FunctionDef)) and stmt.name.value in expected:
+            want = ast.dump(ast.parse(textwrap.dedent(expected.pop(stmt.name.value))))
+            if ast.dump(ast.parse(_code(stmt))) != want:
+                raise UpstreamError(
+                    f"the run's best candidate changed the problem harness ({stmt.name.value}), which a patch "
+                    f"cannot carry upstream; only changes to {ex.launcher} and what it calls can be patched"
+                )
+    if expected:
+        raise UpstreamError(
+            f"the run's best candidate has no {' or '.join(expected)}; it is not from this import"
+        )
+
+
 def _docstring(text: str) -> cst.SimpleStatementLine:
     return cst.SimpleStatementLine([cst.Expr(cst.SimpleString(f'"""{text}"""'))])
 
@@ -153,6 +172,7 @@ def codemod(ex: Extraction, recipe: Recipe, candidate_source: str, sizes: dict) 
                 for alias in small.names if not isinstance(small.names, cst.ImportStar) else []:
                     module_bound.add(_code(alias.asname.name if alias.asname else alias.name).split(".")[0])
 
+    _check_harness(cand, ex, recipe)
     by_name = {n: (names, stmt) for names, stmt in stmts for n in names}
     if ex.launcher not in by_name or not isinstance(by_name[ex.launcher][1], cst.FunctionDef):
         raise UpstreamError(f"the run's best candidate defines no {ex.launcher}; cannot map it back upstream")

@@ -144,7 +144,12 @@ def test_a_changed_upstream_file_is_refused_unless_rebase(
     assert git_apply(repo, tmp_path / "b" / "normal_decode_set_metadata.patch", check=True).returncode == 0
 
 
-def test_an_unchanged_best_or_an_incorrect_run_is_refused(sglang_run, ksmith_cmd, ksmith_env, tmp_path):
+def test_an_unchanged_best_or_an_incorrect_run_is_refused(
+    sglang_run, upstream, ksmith_cmd, ksmith_env, tmp_path
+):
+    from ksmith_upstream.patching import write_patch
+    from ksmith_upstream.source import PROJECTS, UpstreamError
+
     problem, seed, _ = sglang_run
     unchanged = recorded_run(tmp_path / "unchanged", problem, seed, correct=True)
     proc = run_ksmith(ksmith_cmd, "patch", "sglang", unchanged, "-o", tmp_path / "a", env=ksmith_env)
@@ -152,11 +157,10 @@ def test_an_unchanged_best_or_an_incorrect_run_is_refused(sglang_run, ksmith_cmd
 
     variant = edited(seed, SGLANG_EDIT, tmp_path / "variant.py")
     incorrect = recorded_run(tmp_path / "incorrect", problem, variant, correct=False)
-    proc = run_ksmith(ksmith_cmd, "patch", "sglang", incorrect, "-o", tmp_path / "b", env=ksmith_env)
-    assert "has no correct candidate" in error_line(proc)
-
-    proc = run_ksmith(ksmith_cmd, "patch", "lmdeploy", unchanged, "-o", tmp_path / "c", env=ksmith_env)
-    assert "not a lmdeploy one" in error_line(proc)
+    with pytest.raises(UpstreamError, match="has no correct candidate"):
+        write_patch(PROJECTS["sglang"], str(incorrect), upstream["sglang"], tmp_path, rebase=False)
+    with pytest.raises(UpstreamError, match="not a lmdeploy one"):
+        write_patch(PROJECTS["lmdeploy"], str(unchanged), upstream["lmdeploy"], tmp_path, rebase=False)
 
 
 def test_lmdeploy_patch_applies_to_the_wheel_tree(upstream, ksmith_cmd, ksmith_env, tmp_path):

@@ -1,0 +1,70 @@
+"""The codemod of ``ksmith patch`` on candidates written here, against the real SGLang module (in process)."""
+
+from __future__ import annotations
+
+import pytest
+
+from ksmith_upstream.extract import extract
+from ksmith_upstream.importer import render_seed
+from ksmith_upstream.patching import codemod
+from ksmith_upstream.recipes import recipe_for
+from ksmith_upstream.source import UpstreamError
+
+LAUNCHER = "normal_decode_set_metadata"
+
+
+@pytest.fixture(scope="module")
+def setup(upstream):
+    ex = extract(upstream["sglang"], LAUNCHER)
+    recipe = recipe_for("sglang", LAUNCHER)
+    return ex, recipe, render_seed(ex, recipe)
+
+
+def test_new_helpers_and_imports_come_along(setup):
+    ex, recipe, seed = setup
+    old = "tl.cdiv(seq_len + SEQ_LEN_DELTA, PAGE_SIZE)"
+    assert old in seed
+    candidate = seed.replace(old, "_pages_of(seq_len + SEQ_LEN_DELTA, PAGE_SIZE)").replace(
+        "num_stages=3,", "num_stages=max(1, math.floor(2.5)),"
+    )
+    helper = "@triton.jit\ndef _pages_of(n, size: tl.constexpr):\n    return (n + size - 1) // size\n\n\n"
+    candidate = candidate.replace(
+        "@triton.jit\ndef _fused_decode_metadata_kernel(",
+        helper + "@triton.jit\ndef _fused_decode_metadata_kernel(",
+    )
+    candidate = candidate.replace("import torch\n", "import math\nimport torch\n", 1)
+
+    mod = codemod(ex, recipe, candidate, recipe.sizes)
+    code = mod.new_module
+    compile(code, "metadata.py", "exec")
+    assert "\ndef _pages_of(n, size: tl.constexpr):" in code  # a new name keeps its name
+    assert "_pages_of(seq_len + SEQ_LEN_DELTA, PAGE_SIZE)" in code
+    assert "\nimport math\n" in code
+    assert "num_stages=max(1, math.floor(2.5))" in code
+    assert mod.changed == ["_fused_decode_metadata_kernel", "_pages_of", LAUNCHER]
+    # The original kernel and launcher body are still there, unchanged, as the fallback.
+    original = ex.file.read_text(encoding="utf-8")
+    assert original.count("tl.cdiv(seq_len + SEQ_LEN_DELTA, PAGE_SIZE)") == code.count(old)
+
+
+def test_a_changed_signature_is_refused(setup):
+    ex, recipe, seed = setup
+    candidate = seed.replace("    zero_tail: bool = False,\n):", "    zero_tail: bool = True,\n):", 1)
+    assert candidate != seed
+    with pytest.raises(UpstreamError, match="changed its signature"):
+        codemod(ex, recipe, candidate, recipe.sizes)
+
+
+def test_a_changed_harness_is_refused(setup):
+    ex, recipe, seed = setup
+    candidate = seed.replace(
+        "        super().__init__()\n", "        super().__init__()\n        self.extra = 1\n"
+    )
+    with pytest.raises(UpstreamError, match="changed the problem harness"):
+        codemod(ex, recipe, candidate, recipe.sizes)
+
+
+def test_the_unchanged_seed_is_refused(setup):
+    ex, recipe, seed = setup
+    with pytest.raises(UpstreamError, match="unchanged; there is nothing to patch"):
+        codemod(ex, recipe, seed, recipe.sizes)
