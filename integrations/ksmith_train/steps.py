@@ -4,7 +4,8 @@ Each evaluated candidate with a parent is one *step*. Its row holds
 
 - the prompt, built by the ``llm`` proposer's own :func:`ksmith_llm.prompts.improve_messages` from the parent,
   the parent's verdict and the feedback text the run gave it (:func:`ksmith_core.feedback.feedback_for`,
-  exactly as ``Run.add`` makes it), the best kernel of the run at that moment, the run's hardware and device;
+  exactly as ``Run.add`` makes it), the run's best kernel among the evaluations before this one, the run's
+  hardware and device;
 - the answer: the change written the way that prompt asks for it -- one line saying what changed, then
   SEARCH/REPLACE blocks (the complete module in one ```python block where blocks would be longer than it) --
   checked by reading it back with the proposer's own :func:`ksmith_llm.proposer.read_answer`, which must
@@ -24,7 +25,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ksmith_core.errors import KsmithError
 from ksmith_core.feedback import feedback_for
 from ksmith_core.loading import load_problem
 from ksmith_core.model import Candidate, Problem, Scored, Selection, Status, Verdict, source_id
@@ -247,11 +247,7 @@ def messages_for(
 
 def read_run(path: Path, min_gain: float = 0.0) -> RunSteps:
     """Every step of the run at ``path`` as a row (see the module docstring for what a row holds)."""
-    try:
-        store = RunStore.open(Path(path))
-    except KsmithError:
-        raise
-    with store:
+    with RunStore.open(Path(path)) as store:
         meta = store.meta()
         manifest = store.manifest()
         config = meta.get("config") or {}

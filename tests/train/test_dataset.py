@@ -158,6 +158,15 @@ def test_min_gain_raises_the_bar_above_the_noise(tmp_path):
     assert card["kept"] == 0 and card["filters"]["below_min_gain"] == 2
 
 
+def test_a_directory_without_runs_is_refused(tmp_path):
+    from ksmith_core.errors import ConfigError
+    from ksmith_train.dataset import run_paths
+
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ConfigError, match="holds no run"):
+        run_paths([str(tmp_path / "empty")])
+
+
 def test_split_keeps_each_problem_in_one_split_and_one_problem_in_train():
     assert split_problems(["a"], 0.5) == {"a": "train"}
     split = split_problems([f"p{i}" for i in range(10)] * 2, 0.2)
@@ -171,7 +180,6 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, ksmith_cmd):
     for args, message in (
         (["dataset", str(tmp_path / "nope"), "-o", str(tmp_path / "o")], "no run"),
         (["dataset", str(tmp_path / "run"), "-o", str(tmp_path / "o"), "--test-fraction", "1"], "[0, 1)"),
-        (["dataset", str(tmp_path / "run" / "candidates"), "-o", str(tmp_path / "o")], "holds no run"),
     ):
         proc = subprocess.run([*ksmith_cmd, *args], capture_output=True, text=True)
         assert proc.returncode == 2, proc.stderr

@@ -26,6 +26,7 @@ def test_sft_on_a_fixed_batch_lowers_the_loss_and_saves_an_adapter(smollm2_dir, 
     assert recorded["base_model"] == str(Path(smollm2_dir).resolve()) and recorded["examples"] == 1
 
 
+@pytest.mark.slow
 def test_loss_is_on_the_answer_only(smollm2_dir, tmp_path):
     """What the trainer is given: the prompt tokens carry no loss, the answer's tokens do."""
     trl = pytest.importorskip("trl")
@@ -50,24 +51,31 @@ def test_loss_is_on_the_answer_only(smollm2_dir, tmp_path):
     assert "<<<<<<< SEARCH" in answer and "num_warps=4" in answer and "Current kernel" not in answer
 
 
+@pytest.mark.slow
 def test_sft_refuses_a_directory_that_is_not_a_dataset_and_one_without_kept_steps(tmp_path, ksmith_cmd):
+    from ksmith_core.errors import ConfigError
+    from ksmith_train.sft import load_sft_data
+
     write_run(tmp_path / "run")
     build_dataset([str(tmp_path / "run")], tmp_path / "data", min_gain=5.0)  # nothing kept
-    for data, message in ((tmp_path, "not a ksmith dataset"), (tmp_path / "data", "no kept steps")):
-        proc = subprocess.run(
-            [
-                *ksmith_cmd,
-                "train",
-                "sft",
-                "--model",
-                str(tmp_path),
-                "--data",
-                str(data),
-                "-o",
-                str(tmp_path / "o"),
-            ],
-            capture_output=True,
-            text=True,
-        )
-        assert proc.returncode == 2 and message in proc.stderr, proc.stderr
-        assert len(proc.stderr.strip().splitlines()) == 1
+    with pytest.raises(ConfigError, match="no kept steps"):
+        load_sft_data(tmp_path / "data")
+    correct = load_sft_data(tmp_path / "data", steps="correct")
+    assert len(correct) == 4  # every correct child, repairs included
+    proc = subprocess.run(
+        [
+            *ksmith_cmd,
+            "train",
+            "sft",
+            "--model",
+            str(tmp_path),
+            "--data",
+            str(tmp_path),
+            "-o",
+            str(tmp_path / "o"),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 2 and "not a ksmith dataset" in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
