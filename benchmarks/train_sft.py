@@ -49,6 +49,7 @@ def main() -> None:
     parser.add_argument("--steps", choices=["kept", "correct"], default="kept")
     parser.add_argument("--compare-budget", type=int, default=12)
     parser.add_argument("--max-tokens", type=int, default=1024)
+    parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda", help="cpu: a smoke test only")
     args = parser.parse_args()
     out = args.out
     (out / "runs").mkdir(parents=True, exist_ok=True)
@@ -58,7 +59,14 @@ def main() -> None:
         run_dir = out / "runs" / problem
         if not (run_dir / "run.sqlite").exists():
             ksmith(
-                "evolve", problem, "--budget", str(args.budget), "--device", "cuda", "--run-dir", str(run_dir)
+                "evolve",
+                problem,
+                "--budget",
+                str(args.budget),
+                "--device",
+                args.device,
+                "--run-dir",
+                str(run_dir),
             )
     print("2. dataset", flush=True)
     card = ksmith("dataset", str(out / "runs"), "-o", str(out / "data"), "--test-fraction", "0")
@@ -75,7 +83,7 @@ def main() -> None:
         for label, model in (("base", args.model), ("adapter", str(out / "adapter"))):
             summary = ksmith(
                 "evolve", problem, "--proposer", "llm", "--llm-model", model, "--llm-option",
-                f"max_tokens={args.max_tokens}", "--budget", str(args.compare_budget), "--device", "cuda",
+                f"max_tokens={args.max_tokens}", "--budget", str(args.compare_budget), "--device", args.device,
                 "--run-dir", str(out / "compare" / f"{label}-{problem}"),
             )  # fmt: skip
             best = summary.get("best") or {}

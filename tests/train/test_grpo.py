@@ -94,3 +94,17 @@ def test_grpo_steps_on_a_real_model_with_evaluator_rewards(smollm2_dir, tmp_path
     assert len(info["rewards"]) == 1 and info["prompts"] == 1
     assert sum(info["outcomes"].values()) == 2  # both completions of the one step were judged
     assert (tmp_path / "out" / "adapter_config.json").is_file()
+
+
+@pytest.mark.slow
+def test_grpo_prompts_from_problems_are_the_proposers_prompts_for_their_judged_seeds():
+    from ksmith_core.loading import seed_path_for
+    from ksmith_train.grpo import prompts_from_problems
+
+    rows, problems = prompts_from_problems(["relu"], EvalOptions(device="cpu"))
+    assert list(problems) == ["relu"] and len(rows) == 1
+    row = rows[0]
+    seed = seed_path_for(problems["relu"]).read_text()
+    assert row["parent_source"] == seed and row["mode"] == "improve" and row["parent_speedup"] > 0
+    user = row["prompt"][1]["content"]
+    assert seed.strip("\n") in user and "status: ok" in user and "SEARCH/REPLACE" in user
