@@ -25,21 +25,34 @@ def ksmith_register_commands(cli):
     help="Kernel library directory (what `ksmith export RUN --target library -o DIR` writes).",
 )
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default=None, help="Default: cuda if present.")
+@click.option(
+    "--time/--no-time",
+    "timed",
+    default=None,
+    help="Median forward time of eager, inductor and kernelsmith (default: on a GPU only).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object with a list `regions`.")
-def compile_report_command(model_file, library, device, as_json):
+def compile_report_command(model_file, library, device, timed, as_json):
     """Compile MODEL_FILE (KernelBench format) with backend="kernelsmith": per region, swapped or not and why."""
     import torch
 
     from ksmith_compile.report import compile_report
 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    report = compile_report(model_file, library, device)
+    report = compile_report(model_file, library, device, timed=device == "cuda" if timed is None else timed)
     if as_json:
         click.echo(json.dumps(report, indent=2))
         return
     for region in report["regions"]:
         mark = "swapped" if region["swapped"] else "kept   "
         click.echo(f"{mark}  {region['region']}: {region['reason']}")
+    timings = report["timings_ms"]
+    if timings:
+        note = " (Triton interpreter on CPU: not a speed measurement)" if timings["interpreted"] else ""
+        click.echo(
+            f"forward ms: eager {timings['eager']:.3f}, inductor {timings['inductor']:.3f}, "
+            f"kernelsmith {timings['kernelsmith']:.3f}{note}"
+        )
     diff = report["max_abs_diff_vs_eager"]
     click.echo(
         f"{report['swapped']} region(s) swapped in {report['graphs']} graph(s)"

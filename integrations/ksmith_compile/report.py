@@ -30,7 +30,35 @@ def load_model_file(path: Path) -> Any:
     return module
 
 
-def compile_report(model_file: Path, library: Path, device: str = "cpu") -> dict[str, Any]:
+def _median_ms(fn: Any, inputs: list[Any], device: str) -> float:
+    import statistics
+    import time
+
+    import torch
+
+    reps, warmup = (20, 3) if device == "cuda" else (3, 1)  # interpreted CPU times only show the path works
+
+    for _ in range(warmup):
+        fn(*inputs)
+    times = []
+    for _ in range(reps):
+        if device == "cuda":
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn(*inputs)
+            end.record()
+            torch.cuda.synchronize()
+            times.append(start.elapsed_time(end))
+        else:
+            t0 = time.perf_counter()
+            fn(*inputs)
+            times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def compile_report(
+    model_file: Path, library: Path, device: str = "cpu", timed: bool = False
+) -> dict[str, Any]:
     """Compile the model with the backend and the given library; one record per region, and the output check.
 
     Regions are matches of library entries in the model's Dynamo graphs (swapped or not, why), entries that
@@ -74,6 +102,16 @@ def compile_report(model_file: Path, library: Path, device: str = "cpu") -> dict
                 "graph": None,
             }
         )
+    timings = None
+    if timed:  # same default mode for both compiled models; on CPU the interpreter's times, so marked
+        with torch.no_grad():
+            timings = {
+                "eager": _median_ms(model, inputs, device),
+                "kernelsmith": _median_ms(compiled, inputs, device),
+            }
+            torch._dynamo.reset()
+            timings["inductor"] = _median_ms(torch.compile(model, backend="inductor"), inputs, device)
+        timings["interpreted"] = device == "cpu"
     diff = None
     if isinstance(got, torch.Tensor) and isinstance(want, torch.Tensor) and got.shape == want.shape:
         diff = (got.float() - want.float()).abs().max().item()
@@ -83,5 +121,6 @@ def compile_report(model_file: Path, library: Path, device: str = "cpu") -> dict
         "graphs": recorder.graphs,
         "swapped": sum(1 for r in regions if r["swapped"]),
         "max_abs_diff_vs_eager": diff,
+        "timings_ms": timings,
         "regions": regions,
     }

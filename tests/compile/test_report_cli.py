@@ -19,7 +19,7 @@ def env_with_interpreter() -> dict[str, str]:
 @pytest.mark.slow
 def test_report_lists_each_region_swapped_or_not_with_why(library_dir, tmp_path):
     proc = ksmith(
-        "compile-report", DATA / "tiny_llama.py", "--library", library_dir, "--device", "cpu", "--json",
+        "compile-report", DATA / "tiny_llama.py", "--library", library_dir, "--device", "cpu", "--json", "--time",
         env=env_with_interpreter(), cwd=tmp_path,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
@@ -32,6 +32,10 @@ def test_report_lists_each_region_swapped_or_not_with_why(library_dir, tmp_path)
         "region": "fusible:silu+mul@mul_11", "entry": "", "swapped": False, "reason": "no library entry", "graph": 0
     }  # fmt: skip
     assert report["max_abs_diff_vs_eager"] < 1e-5
+    timings = report["timings_ms"]
+    assert timings["interpreted"] is True and all(
+        timings[k] > 0 for k in ("eager", "inductor", "kernelsmith")
+    )
 
     proc = ksmith(
         "compile-report", DATA / "tiny_llama.py", "--library", library_dir, "--device", "cpu",
@@ -42,6 +46,7 @@ def test_report_lists_each_region_swapped_or_not_with_why(library_dir, tmp_path)
     assert any(line.startswith("kept") and "llama_rmsnorm: not loaded" in line for line in lines)
     assert any("TRITON_INTERPRET" in line for line in lines)
     assert lines[-1].startswith("0 region(s) swapped")
+    assert not any(line.startswith("forward ms") for line in lines)  # timings only on a GPU unless asked
 
 
 @pytest.mark.parametrize(
