@@ -170,7 +170,8 @@ def _load_directory(library: Library, directory: Path, explicit: bool) -> None:
         return
     for sub in subdirs:
         try:
-            entry = load_entry(sub)
+            with _own_rng():  # loading seeds torch's generators; the user's random stream must not move
+                entry = load_entry(sub)
         except EntryUnavailable as exc:  # fine here, just not usable on this machine
             library.skipped[sub.name] = str(exc)
         except Exception as exc:  # noqa: BLE001 - any failure of an entry leaves that entry out, never the model
@@ -179,6 +180,11 @@ def _load_directory(library: Library, directory: Path, explicit: bool) -> None:
             _warn(f"kernelsmith: library entry {sub.name} ({sub}) skipped: {message}")
         else:
             library.entries.append(entry)
+
+
+def _own_rng() -> Any:
+    devices = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
+    return torch.random.fork_rng(devices=devices)
 
 
 class EntryError(Exception):

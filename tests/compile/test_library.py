@@ -39,6 +39,14 @@ def test_a_good_library_loads_with_no_warning(library_dir):
     ]
 
 
+def test_loading_leaves_the_callers_random_stream_alone(library_copy):
+    torch.manual_seed(123)
+    want = torch.rand(4)
+    torch.manual_seed(123)
+    assert load_library(library_copy).entries
+    assert torch.equal(torch.rand(4), want)
+
+
 def test_the_operator_runs_the_kernel_inside_its_guards_and_the_reference_outside(library_dir):
     entry = load_library(library_dir).entries[0]
     weight = torch.randn(64)
