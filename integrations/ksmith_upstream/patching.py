@@ -293,28 +293,13 @@ def applies_name(ex: Extraction) -> str:
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def format_snippet(project: Project, code: str, indent: int = 0) -> str:
-    """Code the codemod adds, formatted as the project's pre-commit would (upstream's own lines are not touched).
-
-    SGLang runs black (88 columns) and isort; LMDeploy runs ruff and double-quote-string-fixer (single quotes).
-    Without black installed the SGLang code is left as it is and ``formatting_note`` says so.
-    """
-    if project.name == "sglang":
-        try:
-            import black
-        except ImportError:
-            return code
-        return black.format_str(code, mode=black.Mode(line_length=88 - indent))
-    code = cst.parse_module(code).visit(_SingleQuotes()).code
-    return _ruff_format(code, 120 - indent) or code
+# How each project's sources are formatted. SGLang 0.5.23's kernel modules are stable under ``ruff format`` at
+# 88 columns (black 24 and 26 both rewrite some of them), LMDeploy runs ruff at 120 columns with single quotes.
+STYLE = {"sglang": (88, "double"), "lmdeploy": (120, "single")}
 
 
-def _ruff_format(code: str, line_length: int) -> str | None:
-    """``ruff format`` with LMDeploy's settings (120 columns, single quotes); None when ruff is missing."""
-    cmd = [
-        sys.executable, "-m", "ruff", "format", "--isolated", "--line-length", str(line_length),
-        "--config", "format.quote-style='single'", "-",
-    ]  # fmt: skip
+def _ruff(args: list[str], code: str) -> str | None:
+    cmd = [sys.executable, "-m", "ruff", *args, "--isolated", "-"]
     try:
         proc = subprocess.run(cmd, input=code, capture_output=True, text=True, check=False, timeout=60)
     except (OSError, subprocess.TimeoutExpired):
@@ -322,30 +307,32 @@ def _ruff_format(code: str, line_length: int) -> str | None:
     return proc.stdout if proc.returncode == 0 else None
 
 
+def format_snippet(project: Project, code: str, indent: int = 0) -> str:
+    """Code the codemod adds, formatted as the project's sources are; upstream's own lines are not touched.
+
+    Without ruff the code is left as written (LMDeploy's quotes are still made single) and ``formatting_note``
+    says so.
+    """
+    width, quotes = STYLE[project.name]
+    if quotes == "single":
+        code = cst.parse_module(code).visit(_SingleQuotes()).code
+    args = ["format", "--line-length", str(width - indent), "--config", f"format.quote-style='{quotes}'"]
+    return _ruff(args, code) or code
+
+
 def format_file(project: Project, code: str) -> str:
-    """A new file (test, benchmark) formatted as the project's pre-commit would."""
-    if project.name == "sglang":
-        try:
-            import isort
-        except ImportError:
-            return format_snippet(project, code)
-        code = isort.code(code, profile="black", known_first_party=["sglang"])
-    return format_snippet(project, code)
+    """A new file (test, benchmark): imports sorted with the package first-party, then formatted."""
+    width, _ = STYLE[project.name]
+    args = ["check", "--select", "I", "--fix", "--line-length", str(width)]
+    args += ["--config", f"lint.isort.known-first-party=['{project.name}']"]
+    return format_snippet(project, _ruff(args, code) or code)
 
 
 def formatting_note(project: Project) -> str:
-    if project.name == "sglang":
-        try:
-            import black
-            import isort
-        except ImportError:
-            return "not formatted: black and isort are not installed where the patch was made"
-        return f"added code formatted with black {black.__version__}, new files also with isort {isort.__version__}"
-    if _ruff_format("x = 1\n", 120) is None:
-        return (
-            "added code uses single quotes but is not wrapped: ruff is not installed where the patch was made"
-        )
-    return "added code formatted with ruff format (120 columns, single quotes); upstream lines are untouched"
+    width, quotes = STYLE[project.name]
+    if _ruff(["format"], "x = 1\n") is None:
+        return "not formatted: ruff is not installed where the patch was made; run the project's pre-commit"
+    return f"added code formatted with ruff format ({width} columns, {quotes} quotes); upstream lines are untouched"
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -10,6 +10,8 @@ the patched module.
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -82,6 +84,10 @@ def test_sglang_patch_applies_keeps_the_original_path_and_its_test_passes(
     assert git_apply(repo, patch, check=False).returncode == 0
     patched = repo / kernel_file
     assert "(seq_len + SEQ_LEN_DELTA + PAGE_SIZE - 1) // PAGE_SIZE" in patched.read_text(encoding="utf-8")
+    # Formatted as upstream's sources are: the whole patched module and the new files are ruff-format stable.
+    for path in (patched, repo / test_file, repo / bench_file):
+        fmt = ["ruff", "format", "--isolated", "--line-length", "88", "--check", str(path)]
+        assert subprocess.run([sys.executable, "-m", *fmt], capture_output=True).returncode == 0, path
     assert "register_cuda_ci(est_time=" in (repo / test_file).read_text(encoding="utf-8")
 
     result = run_generated_test(
