@@ -99,3 +99,38 @@ def test_the_backend_is_found_by_name_with_no_ksmith_import(library_dir, tmp_pat
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "True"
+
+
+def test_graph_breaks_and_recompiles_swap_where_the_guards_hold_and_stay_right(library_dir):
+    import importlib.util
+
+    from .conftest import DATA
+
+    spec = importlib.util.spec_from_file_location("ksmith_test_llama_rmsnorm", DATA / "llama_rmsnorm.py")
+    problem = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = problem  # Dynamo looks classes up by module name
+    spec.loader.exec_module(problem)
+
+    class TwoNorms(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.first, self.second = problem.Model(64, 1e-6), problem.Model(64, 1e-6)
+
+        def forward(self, x):
+            y = self.first(x)
+            torch._dynamo.graph_break()
+            return self.second(y * 2)
+
+    torch.manual_seed(0)
+    model = TwoNorms().eval()
+    entry = load_library(library_dir).entries[0]
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="kernelsmith", options={"library": str(library_dir)})
+    with torch.no_grad(), Recorder() as recorder, triton_launches(entry) as launched:
+        for shape in ((2, 8, 64), (3, 8, 64)):  # the second shape recompiles, outside the verified one
+            x = torch.randn(shape)
+            torch.testing.assert_close(compiled(x), model(x), atol=1e-5, rtol=1e-5)
+    matched = [(r.graph, r.swapped) for r in recorder.regions if r.entry]
+    assert recorder.graphs >= 4 and matched[:2] == [(0, True), (1, True)]
+    assert not any(swapped for _, swapped in matched[2:])
+    assert len(launched) == 2  # one launch per graph at the verified shape, none at the other
