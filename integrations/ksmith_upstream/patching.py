@@ -36,6 +36,7 @@ class RunFacts:
 
     run: str
     provenance: dict
+    problem_source: str  # the problem as imported: upstream's code at import time
     source: str  # the best candidate's source
     candidate_id: str
     verdict: object
@@ -50,7 +51,8 @@ def load_run(run: str) -> RunFacts:
 
     run_dir = resolve_run(run)
     with RunStore.open(run_dir) as store:
-        provenance = read_provenance(store.problem_path.read_text(encoding="utf-8"), f"run {run}")
+        problem_source = store.problem_path.read_text(encoding="utf-8")
+        provenance = read_provenance(problem_source, f"run {run}")
         best = store.best()
         if best is None or not best[1].correct:
             raise UpstreamError(f"run {run} has no correct candidate; there is nothing to patch")
@@ -61,6 +63,7 @@ def load_run(run: str) -> RunFacts:
         return RunFacts(
             run=run_dir.name,
             provenance=provenance,
+            problem_source=problem_source,
             source=candidate.source,
             candidate_id=candidate.id,
             verdict=verdict,
@@ -140,12 +143,23 @@ def _docstring(text: str) -> cst.SimpleStatementLine:
     return cst.SimpleStatementLine([cst.Expr(cst.SimpleString(f'"""{text}"""'))])
 
 
-def codemod(ex: Extraction, recipe: Recipe, candidate_source: str, sizes: dict) -> Codemod:
+def codemod(
+    ex: Extraction, recipe: Recipe, candidate_source: str, sizes: dict, baseline: str | None = None
+) -> Codemod:
+    """Add what ``candidate_source`` changed to the launcher's module, behind the dispatch predicate.
+
+    "Changed" is measured against ``baseline``, the upstream code as imported (the run's problem file), so that
+    with ``--rebase`` only the evolved definitions are carried and everything else stays the new upstream's.
+    """
     try:
         cand = cst.parse_module(candidate_source)
     except cst.ParserSyntaxError as exc:
         raise UpstreamError("the run's best candidate does not parse") from exc
     upstream_code = {n: _code(d.node).strip() for d in ex.definitions for n in d.names}
+    if baseline is not None:
+        upstream_code = {
+            n: _code(stmt).strip() for stmt in cst.parse_module(baseline).body for n in _defined_names(stmt)
+        }
     module_tree = cst.parse_module(ex.file.read_text(encoding="utf-8"))
     module_bound = {n for stmt in module_tree.body for n in _defined_names(stmt)}
     cand_imports: dict[str, str] = {}
@@ -688,7 +702,7 @@ def write_patch(project: Project, run: str, upstream: UpstreamSource, out: Path,
     ex = locate(upstream, facts.provenance, rebase)
     recipe = recipe_for(project.name, ex.launcher)
     sizes = facts.provenance.get("sizes", recipe.sizes)
-    mod = codemod(ex, recipe, facts.source, sizes)
+    mod = codemod(ex, recipe, facts.source, sizes, baseline=facts.problem_source)
     new_code, fmt_note = mod.new_module, formatting_note(project)
     test_path, bench_path = new_file_paths(ex)
     if project.name == "sglang":

@@ -68,3 +68,29 @@ def test_the_unchanged_seed_is_refused(setup):
     ex, recipe, seed = setup
     with pytest.raises(UpstreamError, match="unchanged; there is nothing to patch"):
         codemod(ex, recipe, seed, recipe.sizes)
+
+
+def test_rebase_carries_only_what_evolution_changed(setup, tmp_path):
+    """Upstream later edits a helper the candidate left alone: the rebased patch keeps upstream's new helper."""
+    from ksmith_upstream.source import PROJECTS, resolve_source
+
+    ex, recipe, seed = setup
+    module = tmp_path / "sglang" / "kernels" / "ops" / "attention" / "metadata.py"
+    module.parent.mkdir(parents=True)
+    (tmp_path / "sglang" / "__init__.py").write_text("", encoding="utf-8")
+    old_helper = "    page_ids = token_ids // PAGE_SIZE\n"
+    text = ex.file.read_text(encoding="utf-8")
+    assert old_helper in text
+    module.write_text(
+        text.replace(old_helper, "    page_ids = token_ids // PAGE_SIZE  # upstream later\n"), "utf-8"
+    )
+    newer = extract(resolve_source(PROJECTS["sglang"], tmp_path), LAUNCHER)
+
+    candidate = seed.replace("num_stages=3,", "num_stages=2,")
+    mod = codemod(newer, recipe, candidate, recipe.sizes, baseline=seed)
+    assert mod.changed == [LAUNCHER]
+    assert "_resolve_metadata_page_ids_evolved" not in mod.new_module
+    assert "# upstream later" in mod.new_module
+    # Without the baseline the old helper would be mistaken for an evolved one and carried back in.
+    naive = codemod(newer, recipe, candidate, recipe.sizes)
+    assert "_resolve_metadata_page_ids" in naive.changed
