@@ -207,3 +207,26 @@ def test_an_entry_measured_slower_than_torch_compile_is_not_swapped_unless_asked
         (False, "0.8x vs torch.compile on its problem (< 1)")
     ] * 3
     assert [r.swapped for r in swapped] == [True, True, True]
+
+
+def test_a_match_whose_inner_values_are_used_elsewhere_is_not_replaced(library_dir):
+    library = load_library(library_dir)
+    weight = torch.randn(64)
+
+    def norm_and_its_variance(x, w):
+        h = x.to(torch.float32)
+        variance = h.pow(2).mean(-1, keepdim=True)
+        out = w * (h * torch.rsqrt(variance + 1e-06)).to(x.dtype)
+        return out, variance  # the pattern's inner value leaves the region
+
+    x = torch.randn(2, 8, 64)
+    with torch.no_grad():
+        gm, inputs = dynamo_graph(norm_and_its_variance, x, weight)
+        regions = [r for r in swap_regions(gm, library) if r.entry]
+    assert [(r.swapped, r.reason) for r in regions] == [(False, "no match in this graph")]
+    got = gm(*inputs)
+    want = norm_and_its_variance(x, weight)
+    torch.testing.assert_close(tuple(got), want)
+    with torch.no_grad():  # the control: the same code, the variance not returned, is swapped
+        gm, _ = dynamo_graph(lambda x, w: norm_and_its_variance(x, w)[0], x, weight)
+        assert [r.swapped for r in swap_regions(gm, library) if r.entry] == [True]
