@@ -82,6 +82,16 @@ def split_problems(problems: Iterable[str], test_fraction: float) -> dict[str, s
     return {name: ("test" if i < n_test else "train") for i, name in enumerate(names)}
 
 
+def mark_duplicates(rows: list[dict[str, Any]]) -> None:
+    """A step several runs made (same problem, parent and child) counts once: later copies are not kept."""
+    seen: set[tuple[str, str, str]] = set()
+    for row in rows:
+        key = (row["problem"], row["parent_id"], row["child_id"])
+        if key in seen:
+            row["filter"], row["kept"] = "duplicate", False
+        seen.add(key)
+
+
 def conversational(row: dict[str, Any]) -> dict[str, Any]:
     """A TRL conversational prompt-completion example."""
     extra = {key: row[key] for key in EXTRA_COLUMNS}
@@ -119,6 +129,7 @@ def build_dataset(
     split_of = split_problems([run.problem for run in runs], test_fraction)
     output = output_dir(Path(output))
     rows = [dict(row, split=split_of[row["problem"]]) for run in runs for row in run.rows]
+    mark_duplicates(rows)
 
     kept = [row for row in rows if row["kept"]]
     saved: dict[str, dict[str, int]] = {}

@@ -146,6 +146,8 @@ def sft(model, data, output, max_steps, steps, learning_rate, batch_size, max_le
         return
     losses = info["losses"]
     trend = f"loss {losses[0]:.3f} -> {losses[-1]:.3f}" if losses else "no loss logged"
+    if info["held_out_loss_before"] is not None:
+        trend += f"; held-out loss {info['held_out_loss_before']:.3f} -> {info['held_out_loss_after']:.3f}"
     click.echo(f"{info['max_steps']} steps on {info['examples']} examples, {trend} -> {output}")
 
 

@@ -48,6 +48,14 @@ def load_sft_data(data: Path, steps: str = "kept", split: str = "train") -> Any:
     return datasets.Dataset.from_list(chosen)
 
 
+def _held_out(data: Path, steps: str) -> Any:
+    """The test split's examples (problems never trained on), or ``None`` when the dataset has none."""
+    try:
+        return load_sft_data(data, steps, split="test")
+    except ConfigError:
+        return None
+
+
 def lora_config(rank: int) -> Any:
     peft = need("peft", "ksmith train")
     return peft.LoraConfig(
@@ -82,6 +90,7 @@ def train_sft(
         raise ConfigError("--max-steps, --batch-size and --rank must be at least 1, --max-length at least 16")
     trl = need("trl", "ksmith train sft")
     train_set = load_sft_data(Path(data), steps)
+    held_out = _held_out(Path(data), steps)
     base, tokenizer = load_base(model, "ksmith train sft")
     output = output_dir(Path(output))
     config = trl.SFTConfig(
@@ -103,10 +112,14 @@ def train_sft(
         model=base,
         args=config,
         train_dataset=train_set,
+        eval_dataset=held_out,
         processing_class=tokenizer,
         peft_config=lora_config(rank),
     )
+    # The loss on the held-out problems before and after: whether what was learnt carries to new problems.
+    eval_before = trainer.evaluate()["eval_loss"] if held_out is not None else None
     trainer.train()
+    eval_after = trainer.evaluate()["eval_loss"] if held_out is not None else None
     trainer.save_model(str(output))
     tokenizer.save_pretrained(str(output))
     losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
@@ -122,6 +135,9 @@ def train_sft(
         "max_length": max_length,
         "lora_rank": rank,
         "losses": losses,
+        "held_out_examples": len(held_out) if held_out is not None else 0,
+        "held_out_loss_before": eval_before,
+        "held_out_loss_after": eval_after,
         "seconds": round(time.time() - started, 1),
         "versions": _versions(),
     }

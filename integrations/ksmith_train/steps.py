@@ -42,6 +42,7 @@ FILTERS = {
     "below_min_gain": "the gain is above the noise but below --min-gain",
     "failed_revalidation": "the child was re-validated and did not hold its gain",
     "no_answer": "the change could not be written as an answer that rebuilds the child",
+    "duplicate": "the same change to the same parent of the same problem is an earlier row (another run)",
 }
 
 # How many unchanged lines a block may grow by, each way, to make its SEARCH text unique.

@@ -40,12 +40,13 @@ def smollm2_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def sft_adapter(smollm2_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
-    """A LoRA adapter from three SFT steps on one short example (a fixed batch), and what was recorded."""
+    """A LoRA adapter from three SFT steps on one short example (a fixed batch, one more held out), and what
+    was recorded."""
     from sft_data import short_data
 
     from ksmith_train.sft import train_sft
 
     root = tmp_path_factory.mktemp("sft")
-    data = short_data(root / "data", n=1)
+    data = short_data(root / "data", n=1, held_out=True)
     info = train_sft(smollm2_dir, data, root / "out", max_steps=3, learning_rate=2e-3, batch_size=1, rank=8)
     return root / "out", info

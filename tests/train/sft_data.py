@@ -13,11 +13,12 @@ from ksmith_train.steps import answer_for
 SHORT = "\n".join(SEED.splitlines()[6:14]) + "\n"
 
 
-def short_data(directory: Path, n: int = 2) -> Path:
-    """A ksmith dataset directory of ``n`` short examples in the conversational format (a fixed batch)."""
+def short_data(directory: Path, n: int = 2, held_out: bool = False) -> Path:
+    """A ksmith dataset directory of ``n`` short examples in the conversational format (a fixed batch); with
+    ``held_out``, the other example is its test split."""
     rows = []
     changes = (("num_warps=4", "num_warps=8", "num_warps 4 -> 8"), ("x + y", "y + x", "swap"))
-    for old, new, edit in changes[:n]:
+    for old, new, edit in changes:
         source = SEED.replace(old, new)
         answer, _ = answer_for(SEED, source, edit, fixing=False)
         user = "## Current kernel\n```python\n" + SHORT + "```\n\n## Task\nMake ONE targeted change."
@@ -31,6 +32,9 @@ def short_data(directory: Path, n: int = 2) -> Path:
                 "problem": "vector_add",
             }
         )
+    splits = {"train": datasets.Dataset.from_list(rows[:n])}
+    if held_out:
+        splits["test"] = datasets.Dataset.from_list(rows[n:])
     for name in ("conversational", "steps"):
-        datasets.DatasetDict({"train": datasets.Dataset.from_list(rows)}).save_to_disk(str(directory / name))
+        datasets.DatasetDict(splits).save_to_disk(str(directory / name))
     return directory

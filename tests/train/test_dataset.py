@@ -152,6 +152,13 @@ def test_the_saved_datasets_hold_kept_steps_for_sft_and_every_step_with_labels(t
     assert "| refused | 2 |" in text and "vector_add_copy" in text
 
 
+def test_a_step_made_by_two_runs_is_kept_once(tmp_path):
+    write_run(tmp_path / "runs" / "a")
+    write_run(tmp_path / "runs" / "b")
+    card = build_dataset([str(tmp_path / "runs")], tmp_path / "out")
+    assert card["steps"] == 12 and card["kept"] == 1 and card["filters"]["duplicate"] == 6
+
+
 def test_min_gain_raises_the_bar_above_the_noise(tmp_path):
     write_run(tmp_path / "run")
     card = build_dataset([str(tmp_path / "run")], tmp_path / "out", min_gain=0.6)

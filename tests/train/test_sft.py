@@ -23,6 +23,8 @@ def test_sft_on_a_fixed_batch_lowers_the_loss_and_saves_an_adapter(smollm2_dir, 
     assert losses[-1] < losses[0]
     assert (out / "adapter_config.json").is_file() and (out / "adapter_model.safetensors").is_file()
     recorded = json.loads((out / "ksmith-train.json").read_text())
+    assert recorded["held_out_examples"] == 1
+    assert recorded["held_out_loss_before"] > 0 and recorded["held_out_loss_after"] > 0
     assert recorded["base_model"] == str(Path(smollm2_dir).resolve()) and recorded["examples"] == 1
 
 
