@@ -15,6 +15,7 @@ import pprint
 from dataclasses import dataclass
 from pathlib import Path
 
+from ksmith_core.loading import check_candidate_source, load_problem
 from ksmith_upstream.extract import Extraction, extract
 from ksmith_upstream.recipes import Recipe, recipe_for, with_shapes
 from ksmith_upstream.source import UpstreamError, UpstreamSource
@@ -134,6 +135,9 @@ def import_kernel(
     seed = out_dir / f"{name}.seed.py"
     problem.write_text(render_problem(ex, recipe, sizes, small), encoding="utf-8")
     seed.write_text(render_seed(ex, recipe), encoding="utf-8")
+    # What ksmith's own loaders will read later: the problem must load and the seed must be a candidate.
+    load_problem(problem)
+    check_candidate_source(seed.read_text(encoding="utf-8"), seed)
     return Imported(problem, seed, ex)
 
 
