@@ -28,6 +28,8 @@ def load_sft_data(data: Path, steps: str = "kept", split: str = "train") -> Any:
     if steps not in STEPS_CHOICES:
         raise ConfigError(f"--steps must be one of {', '.join(STEPS_CHOICES)} (got {steps!r})")
     if not (data / "steps" / "dataset_dict.json").is_file():
+        if (data / "card.json").is_file():
+            raise ConfigError(f"{data} holds no steps (its runs have no evaluation after the seed)")
         raise ConfigError(f"{data} is not a ksmith dataset (no steps/ in it): make one with `ksmith dataset`")
     if steps == "kept":
         if not (data / "conversational" / "dataset_dict.json").is_file():

@@ -62,6 +62,10 @@ def test_sft_refuses_a_directory_that_is_not_a_dataset_and_one_without_kept_step
     build_dataset([str(tmp_path / "run")], tmp_path / "data", min_gain=5.0)  # nothing kept
     with pytest.raises(ConfigError, match="no kept steps"):
         load_sft_data(tmp_path / "data")
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "card.json").write_text("{}")
+    with pytest.raises(ConfigError, match="holds no steps"):
+        load_sft_data(tmp_path / "empty")
     correct = load_sft_data(tmp_path / "data", steps="correct")
     assert len(correct) == 4  # every correct child, repairs included
     proc = subprocess.run(
