@@ -209,11 +209,13 @@ def region_problem(
         {"shape": list(_value(a).shape), "dtype": str(_value(a).dtype).removeprefix("torch.")}
         for a in activations
     ]
+    header = ["import torch", "import torch.nn as nn"]
+    if "device(" in "\n".join(forward):
+        header.append("from torch import device")  # FX writes device literals as device(type='cuda', ...)
     lines = [
         f'"""Harvested from {origin}: {kind} region ({", ".join(ops)}), at the model\'s shapes and dtypes."""',
         "",
-        "import torch",
-        "import torch.nn as nn",
+        *header,
         "",
         "",
         "class Model(nn.Module):",

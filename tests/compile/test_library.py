@@ -230,3 +230,17 @@ def test_a_match_whose_inner_values_are_used_elsewhere_is_not_replaced(library_d
     with torch.no_grad():  # the control: the same code, the variance not returned, is swapped
         gm, _ = dynamo_graph(lambda x, w: norm_and_its_variance(x, w)[0], x, weight)
         assert [r.swapped for r in swap_regions(gm, library) if r.entry] == [True]
+
+
+def test_an_entry_failing_opcheck_is_one_warning_and_left_out(library_copy, monkeypatch):
+    calls = []
+
+    def failing_opcheck(op, args, *rest, **kwargs):
+        calls.append(op)
+        return {"test_schema": "SUCCESS", "test_faketensor": "fake output differs"}
+
+    monkeypatch.setattr(torch.library, "opcheck", failing_opcheck)
+    with pytest.warns(LibraryWarning) as record:
+        library = load_library(library_copy)
+    _one_warning(record, "llama_rmsnorm", "torch.library.opcheck failed: test_faketensor")
+    assert library.entries == [] and len(calls) == 1
