@@ -77,6 +77,7 @@ class Harvested:
     source: str
     ops: list[str]
     inputs: list[dict[str, Any]]
+    seed: str | None = None  # a seed kernel (NAME.seed.py), where harvest can write one
     occurrences: list[str] = field(default_factory=list)  # "<graph>:<output node>"
 
 
@@ -164,8 +165,9 @@ def _init_expr(value: torch.Tensor) -> str:
 
 def region_problem(
     kind: str, nodes: list[torch.fx.Node], params: set[torch.fx.Node], origin: str
-) -> tuple[str, list[str], list[dict[str, Any]]] | str:
-    """The problem source of one region, or why it cannot be written as one."""
+) -> tuple[str, list[str], list[dict[str, Any]], str | None] | str:
+    """The problem source of one region (with a seed where harvest can write one), or why it cannot be
+    written as one."""
     inside = set(nodes)
     external: list[torch.fx.Node] = []
     for n in nodes:
@@ -228,7 +230,109 @@ def region_problem(
     for a in activations:
         lines.append(f"        {_randn(a) if _value(a).dtype.is_floating_point else _init_expr(_value(a))},")
     lines += ["    ]", "", "", "def get_init_inputs():", "    return []", ""]
-    return "\n".join(lines), ops, inputs
+    seed = _linear_seed(nodes, activations, weights, origin)
+    return "\n".join(lines), ops, inputs, seed
+
+
+_LINEAR_SEED = '''"""Seed for a harvested {what} region: a tiled Triton GEMM, fp32 accumulation (written by ksmith harvest)."""
+
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _linear_kernel(
+    x_ptr, w_ptr, r_ptr, out_ptr, M, N, K,
+    HAS_RESIDUAL: tl.constexpr, IEEE: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+):
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        rk = k0 + tl.arange(0, BLOCK_K)
+        x = tl.load(x_ptr + rm[:, None] * K + rk[None, :], mask=(rm[:, None] < M) & (rk[None, :] < K), other=0.0)
+        w = tl.load(w_ptr + rn[None, :] * K + rk[:, None], mask=(rn[None, :] < N) & (rk[:, None] < K), other=0.0)
+        if IEEE:
+            acc += tl.dot(x, w, input_precision="ieee")
+        else:
+            acc += tl.dot(x, w)
+    mask = (rm[:, None] < M) & (rn[None, :] < N)
+    offs = rm[:, None] * N + rn[None, :]
+    y = acc.to(out_ptr.dtype.element_ty)
+    if HAS_RESIDUAL:
+        y = y + tl.load(r_ptr + offs, mask=mask, other=0.0)
+    tl.store(out_ptr + offs, y, mask=mask)
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.p0 = nn.Parameter({init})
+
+    def forward(self, {args}):
+        x = in0.reshape(-1, in0.shape[-1]).contiguous()
+        w = self.p0.contiguous()
+        M, K = x.shape
+        N = w.shape[0]
+        out = torch.empty((M, N), dtype=in0.dtype, device=in0.device)
+        residual = {residual}
+        grid = (triton.cdiv(M, 16), triton.cdiv(N, 64))
+        _linear_kernel[grid](
+            x, w, residual, out, M, N, K,
+            HAS_RESIDUAL={has_residual}, IEEE=x.dtype == torch.float32, BLOCK_M=16, BLOCK_N=64, BLOCK_K=32,
+        )
+        return out.reshape(*in0.shape[:-1], N)
+'''
+
+
+def _linear_seed(
+    nodes: list[torch.fx.Node], activations: list[torch.fx.Node], weights: list[torch.fx.Node], origin: str
+) -> str | None:
+    """A plain Triton GEMM seed for ``linear`` and ``linear + residual`` regions (no bias), else None: the
+    matmul problems Inductor writes no Triton seed for (it calls an extern matmul)."""
+    first = nodes[0]
+    if first.op != "call_function" or first.target not in (torch._C._nn.linear, F.linear) or first.kwargs:
+        return None
+    if len(first.args) not in (2, 3) or (len(first.args) == 3 and first.args[2] is not None):
+        return None
+    if (
+        not activations
+        or first.args[0] is not activations[0]
+        or len(weights) != 1
+        or first.args[1] is not weights[0]
+    ):
+        return None
+    x, w = _value(activations[0]), _value(weights[0])
+    if x.dtype != w.dtype or w.dim() != 2:
+        return None
+    residual = len(nodes) == 2 and len(activations) == 2
+    if len(nodes) == 2:
+        add = nodes[1]
+        other = [a for a in add.args if a is not first]
+        if (
+            not residual
+            or add.target not in (operator.add, torch.add)
+            or add.kwargs
+            or len(add.args) != 2
+            or other != [activations[1]]
+            or _value(activations[1]).dtype != x.dtype
+            or tuple(_value(activations[1]).shape) != tuple(_value(add).shape)
+        ):
+            return None
+    elif len(nodes) != 1 or len(activations) != 1:
+        return None
+    return _LINEAR_SEED.format(
+        what="linear + residual" if residual else "linear",
+        init=_init_expr(w),
+        args="in0, in1" if residual else "in0",
+        residual="in1.reshape(M, N).contiguous()" if residual else "out  # unused",
+        has_residual=residual,
+    )
 
 
 def _randn(node: torch.fx.Node) -> str:
@@ -314,18 +418,20 @@ def harvest(model_file: Path, output: Path, device: str = "cpu") -> dict[str, An
             if isinstance(made, str):
                 skipped.append({"region": where, "reason": made})
                 continue
-            source, ops, specs = made
+            source, ops, specs, seed = made
             if source not in written:
                 why_not = matches_back(source, gm)
                 if why_not is not None:
                     skipped.append({"region": where, "reason": why_not})
                     continue
                 name = f"{stem}_{len(written):02d}_{kind}_{'_'.join(dict.fromkeys(ops))}"[:80]
-                written[source] = Harvested(name, kind, source, ops, specs)
+                written[source] = Harvested(name, kind, source, ops, specs, seed)
             written[source].occurrences.append(where)
     problems = []
     for item in written.values():
         (out_dir / f"{item.name}.py").write_text(item.source, encoding="utf-8")
+        if item.seed is not None:  # beside the problem, where evolve and bench look for a seed
+            (out_dir / f"{item.name}.seed.py").write_text(item.seed, encoding="utf-8")
         problems.append(
             {
                 "problem": item.name,
@@ -334,6 +440,7 @@ def harvest(model_file: Path, output: Path, device: str = "cpu") -> dict[str, An
                 "ops": item.ops,
                 "inputs": item.inputs,
                 "occurrences": item.occurrences,
+                "seed": f"{item.name}.seed.py" if item.seed is not None else None,
                 "gpu_time_share": None,  # measured from the Inductor-compiled model on a GPU: not written yet
             }
         )

@@ -27,7 +27,9 @@ def test_harvest_writes_one_problem_per_distinct_region_at_the_models_shapes(tmp
     assert problems[("silu", "mul")]["kind"] == "fusible"  # the activation product
     assert problems[("linear", "silu", "mul")]["kind"] == "matmul"  # the gate projection with its epilogue
     assert problems[("add", "to", "pow", "mean", "add", "rsqrt", "mul", "to", "mul")]["kind"] == "fusible"
-    assert sum(1 for p in summary["problems"] if p["ops"] == ["linear"]) == 2  # q (64x64); k and v (32x64)
+    linears = [p for p in summary["problems"] if p["ops"] == ["linear"]]
+    assert len(linears) == 2  # q (64x64); k and v (32x64)
+    assert all((tmp_path / "out" / p["seed"]).is_file() for p in linears)  # a GEMM seed: Inductor writes none
     assert json.loads((tmp_path / "out" / "harvest.json").read_text()) == summary
     for p in summary["problems"]:  # every file is a KernelBench problem ksmith loads
         assert load_problem(tmp_path / "out" / p["file"]).name == p["problem"]
@@ -49,6 +51,24 @@ def test_a_harvested_problem_evolved_and_exported_swaps_back_into_the_model(tmp_
     assert json.loads(proc.stdout)["best"]["status"] == "ok"
     proc = ksmith("export", run, "--target", "library", "-o", tmp_path / "lib")
     assert proc.returncode == 0, proc.stderr
+    # The o_proj matmul with its residual add, evolved from the seed harvest wrote beside it.
+    gemm = next(p for p in summary["problems"] if p["ops"] == ["linear", "add"])
+    assert gemm["seed"] == gemm["file"].replace(".py", ".seed.py")
+    proc = ksmith(
+        "evolve",
+        out / gemm["file"],
+        "--budget",
+        "1",
+        "--device",
+        "cpu",
+        "--run-dir",
+        tmp_path / "r2",
+        "--json",
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["best"]["status"] == "ok"
+    proc = ksmith("export", tmp_path / "r2", "--target", "library", "-o", tmp_path / "lib")
+    assert proc.returncode == 0, proc.stderr
 
     model, inputs = tiny_llama()
     with torch.no_grad():
@@ -58,7 +78,11 @@ def test_a_harvested_problem_evolved_and_exported_swaps_back_into_the_model(tmp_
             compiled = torch.compile(model, backend="kernelsmith", options={"library": str(tmp_path / "lib")})
             got = compiled(*inputs)
     # Both layer norms, and the final norm inside the residual + norm region: the norm matches there too.
-    assert [r.swapped for r in recorder.regions if r.entry] == [True, True, True]
+    swapped = [(r.entry, r.region.split("@")[1]) for r in recorder.regions if r.swapped]
+    assert [node for entry, node in swapped if entry == norm["problem"]] == [
+        "hidden_states_2", "hidden_states_8", "hidden_states_12"
+    ]  # fmt: skip
+    assert [node for entry, node in swapped if entry == gemm["problem"]] == ["hidden_states_5"]
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
 
 
