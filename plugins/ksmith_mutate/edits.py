@@ -15,7 +15,7 @@ from typing import Any
 import libcst as cst
 
 from ksmith_core.errors import CandidateError
-from ksmith_mutate.gemm_configs import gemm_config_changes, tile_names
+from ksmith_mutate.gemm_configs import TMA_CONFIGS, gemm_config_changes, tile_names
 from ksmith_mutate.source_model import (
     DOT_AXIS,
     GROUP_NAMES,
@@ -28,10 +28,12 @@ from ksmith_mutate.source_model import (
     is_tl_call,
     parse,
 )
+from ksmith_mutate.tma import tma_change
 
 # The edit kinds, in a fixed order so that choices made with a seeded generator are reproducible.
 EDIT_KINDS = (
     "gemm_config",
+    "tma_loads",
     "block_size",
     "dot_tile",
     "group_m",
@@ -140,11 +142,40 @@ def possible_edits(source: str, kinds: tuple[str, ...] | None = None) -> list[Ed
     """Every single edit that applies to ``source`` (restricted to ``kinds`` when given), in a fixed order."""
     model = parse(source)
     wanted = set(kinds or EDIT_KINDS)
-    return [
+    edits = [
         Edit(change.kind, change.description, _renderer(model.module, change), change.safer, change.detail)
         for change in _all_changes(model)
         if change.kind in wanted
     ]
+    return edits + [v for e in edits if e.kind == "tma_loads" for v in _tma_with_large_tiles(model, e)]
+
+
+def _tma_with_large_tiles(model: SourceModel, tma: Edit) -> list[Edit]:
+    """TMA loads pay off with large tiles (and lose on small ones): the rewrite at each of Inductor's large
+    configurations too, so one evaluation can judge the structure at a tile that suits it."""
+    sites = [s for s in model.launches if (k := model.kernel_for(s)) is not None and k.uses_dot]
+    if len(sites) != 1:
+        return []
+    literals = sites[0].literal_ints()
+    names = tile_names(literals)
+    if names is None:
+        return []
+    current = (literals[names["M"]], literals[names["N"]], literals[names["K"]])
+    variants = []
+    for config in TMA_CONFIGS:
+        if (config.block_m, config.block_n, config.block_k) == current:
+            continue
+
+        def render(config=config) -> str:
+            (sized,) = [
+                e for e in possible_edits(tma.source, ("gemm_config",)) if tuple(e.detail["config"]) == config
+            ]
+            return sized.source
+
+        detail = {"config": list(config), "direction": "up"}
+        description = f"{tma.description}, at {config.label()}"
+        variants.append(Edit("tma_loads", description, render, False, detail))
+    return variants
 
 
 def _renderer(module: cst.Module, change: _Change) -> Callable[[], str]:
@@ -152,6 +183,8 @@ def _renderer(module: cst.Module, change: _Change) -> Callable[[], str]:
 
 
 def _all_changes(model: SourceModel) -> Iterator[_Change]:
+    for description, pairs in tma_change(model):
+        yield _change("tma_loads", description, pairs, detail={"direction": "up"})
     for site in model.launches:
         yield from _launch_changes(model, site)
     for kernel in model.kernels.values():

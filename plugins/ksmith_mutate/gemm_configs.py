@@ -144,3 +144,13 @@ def gemm_config_changes(
             pairs.extend((lit, cst.Integer(str(value))) for lit in grid_literals.get(names[axis], []))
         shrinks = config.block_m * config.block_n < current[0] * current[1]
         yield config, pairs, shrinks
+
+
+def _large(config: GemmConfig) -> bool:
+    return config.block_m * config.block_n >= 128 * 128 and config.num_warps == 8
+
+
+# The configurations a TMA rewrite is also offered at: Inductor's large-tile, eight-warp ones, where loading by
+# descriptor pays (on an H100, 128x256x64 with TMA ran at 0.85x of cuBLAS where 128x128x64 without it ran at
+# 0.75x and with it lost a few per cent: docs/benchmarks.md §5).
+TMA_CONFIGS = tuple(c for c in inductor_gemm_configs() if _large(c))

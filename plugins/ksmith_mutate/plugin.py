@@ -10,8 +10,11 @@ Edit kinds (the arms of the bandit):
 ``gemm_config``
     A tiled matmul's ``BLOCK_M`` / ``BLOCK_N`` / ``BLOCK_K``, ``num_warps`` and ``num_stages`` set at once to one
     of Inductor's mm template configurations (:mod:`ksmith_mutate.gemm_configs`). A parent that is
-    compute-bound below 0.7 of its roofline tries this kind before other untried kinds, and favours
-    configurations that grow the tile four to one.
+    compute-bound below 0.7 of its roofline tries this kind (then ``tma_loads``) before other untried kinds,
+    and favours configurations that grow the tile four to one.
+``tma_loads``
+    A tiled matmul's pointer loads in its K loop become TMA tensor-descriptor loads, each descriptor built over
+    the operand's real layout (the launch passes which stride is 1) (:mod:`ksmith_mutate.tma`).
 ``block_size``
     A literal ``BLOCK_SIZE`` / ``BLOCK_*`` constexpr at a launch site of a kernel without ``tl.dot``, doubled
     or halved, staying a power of two in 16..8192 for one-dimensional blocks (1..8192 per axis, at most 65536
@@ -110,6 +113,7 @@ MOMENTUM_WEIGHT = 4.0
 GROW_TILE_WEIGHT = 4.0
 GROW_TILE_BELOW = 0.7
 TILE_KINDS = ("gemm_config", "dot_tile")
+STRUCTURAL_FIRST = ("gemm_config", "tma_loads")
 
 __all__ = ["MUTATE", "NAME", "best_working_ancestor", "ksmith_register_proposers", "launch_config", "propose"]
 
@@ -310,10 +314,11 @@ def _pick_edit(
         pool = pool or remaining
         kinds = [kind for kind in EDIT_KINDS if any(e.kind == kind for e in pool)]
         grow = _wants_bigger_tiles(plan.parent.verdict)
-        # Far below the compute roofline, the tile is what is wrong: a config jump is tried before any
-        # other kind the bandit has not tried yet (after that, measured gains decide as for every kind).
-        untried_tile = [k for k in kinds if k == "gemm_config" and bandit.pulls[k] + pending[k] == 0]
-        kind = untried_tile[0] if grow and untried_tile else bandit.choose(kinds, rng, pending)
+        # Far below the compute roofline, the kernel's structure is what is wrong: the config jump and the
+        # TMA loads are tried before any other kind the bandit has not tried yet (after that, measured gains
+        # decide as for every kind).
+        untried = [k for k in STRUCTURAL_FIRST if k in kinds and bandit.pulls[k] + pending[k] == 0]
+        kind = untried[0] if grow and untried else bandit.choose(kinds, rng, pending)
         of_kind = [e for e in pool if e.kind == kind]
         weights = [
             (MOMENTUM_WEIGHT if _continues(plan.momentum, e) else 1.0)

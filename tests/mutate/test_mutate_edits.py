@@ -38,6 +38,8 @@ def test_every_edit_reparses_and_touches_one_statement(name):
     for edit in edits:
         cst.parse_module(edit.source)
         removed, added = changed_lines(source, edit.source)
+        if edit.kind == "tma_loads":
+            continue  # a rewrite of the kernel's loads, checked by its own tests below
         if edit.kind == "gemm_config":
             # One launch statement, several of its keywords: only `NAME=<int>,` lines change.
             assert all(re.fullmatch(r"\w+=\d+,", line) for line in removed + added), edit.description
@@ -239,6 +241,50 @@ def test_gemm_config_needs_all_three_tile_sizes_and_skips_autotuned_kernels():
     # Without a literal BLOCK_K at the launch (computed in forward), the config cannot be set as a whole.
     fixed_k = re.sub(r"BLOCK_K=\d+", "BLOCK_K=min(64, K)", source)
     assert not possible_edits(fixed_k, ("gemm_config",))
+
+
+def test_tma_loads_reads_operands_through_descriptors_in_their_real_layout():
+    source = seed_source("matmul_bias_relu")  # Triton's tutorial idiom: the loop counts K tiles
+    edit, *at_large_tiles = possible_edits(source, ("tma_loads",))
+    new = edit.source
+    # One descriptor per operand over its whole extent (read from the load's mask, through `k_remaining`),
+    # built over the operand's real layout: the launch says which stride is 1 (a Linear weight: the K one).
+    assert "tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[stride_am, stride_ak]" in new
+    assert "tl.make_tensor_descriptor(b_ptr, shape=[N, K], strides=[stride_bn, stride_bk]" in new
+    assert "a = a_desc.load([pid_m * BLOCK_M, k * BLOCK_K])" in new
+    assert "b = tl.trans(b_desc.load([pid_n * BLOCK_N, k * BLOCK_K]))" in new
+    launch = changed_lines(source, new)[1]
+    assert "A_ROW_MAJOR=x.stride(1) == 1," in launch and "B_ROW_MAJOR=w.stride(0) == 1," in launch
+    # The pointers are no longer advanced; device-side descriptors get their scratch allocator once.
+    assert "a_ptrs += BLOCK_K" not in new and new.count("triton.set_allocator(") == 1
+    # Applied once: the rewritten kernel offers no second rewrite.
+    assert not possible_edits(new, ("tma_loads",))
+    # The same rewrite is offered at Inductor's large eight-warp tiles, where loading by descriptor pays.
+    configs = [tuple(e.detail["config"]) for e in at_large_tiles]
+    assert (128, 256, 64, 4, 8) in configs
+    assert all(m * n >= 128 * 128 and warps == 8 for m, n, _k, _stages, warps in configs)
+    sized = launch_config(at_large_tiles[configs.index((128, 256, 64, 4, 8))].source)["launches"][0][
+        "literals"
+    ]
+    assert (sized["BLOCK_M"], sized["BLOCK_N"], sized["BLOCK_K"], sized["num_warps"]) == (128, 256, 64, 8)
+    assert all("b_desc = tl.make_tensor_descriptor" in e.source for e in at_large_tiles)
+
+
+def test_tma_loads_on_the_suite_idiom_where_the_loop_counts_elements():
+    from pathlib import Path
+
+    suite = Path(__file__).parents[2] / "plugins" / "ksmith_problems" / "problems" / "matmul"
+    edit = possible_edits((suite / "bmm.seed.py").read_text(), ("tma_loads",))[0]
+    # The batch offset stays in the descriptor's base pointer; the loop variable is the K position itself.
+    assert "tl.make_tensor_descriptor(a_ptr + batch * stride_ab, shape=[M, K]" in edit.source
+    assert "a = a_desc.load([pid_m * BLOCK_M, k])" in edit.source
+
+
+def test_tma_loads_needs_the_mask_that_says_how_large_an_operand_is():
+    source = seed_source("matmul_bias_relu")
+    unmasked = re.sub(r"tl\.load\((\w+_ptrs), mask=[^\n]*\)", r"tl.load(\1)", source)
+    assert unmasked != source
+    assert not possible_edits(unmasked, ("tma_loads",))
 
 
 def test_kinds_filter_and_deterministic_order():

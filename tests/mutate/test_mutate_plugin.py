@@ -256,7 +256,7 @@ def test_a_compute_bound_parent_far_from_its_roofline_tries_a_bigger_gemm_config
         edit = plugin._pick_edit(
             plan, {seed.candidate.id: list(edits)}, set(run.by_id), EditBandit(), Counter(), run.rng
         )
-        assert edit.kind == "gemm_config"  # untried, and the tile is what is wrong
+        assert edit.kind == "gemm_config"  # untried, and the structure is what is wrong
         m, n = edit.detail["config"][:2]
         grown += m * n > area
     assert grown >= 24  # 4:1 for configs that grow the tile
