@@ -1,4 +1,4 @@
-"""The whole loop through the command line: run -> dataset -> SFT adapter -> ``ksmith evolve --proposer llm``.
+"""The whole loop: run -> dataset -> ``ksmith train sft`` -> ``ksmith evolve --proposer llm`` with the adapter.
 
 With a tiny random model (SmolLM2 takes minutes per generation on a CPU, and the engine retries a step that
 brought nothing up to eight times), so this shows the plumbing, not the quality of the edits.
@@ -16,6 +16,7 @@ from tiny_model import make_tiny_model
 
 from ksmith_core.store import RunStore
 from ksmith_llm.proposer import DROP_REASONS
+from ksmith_train.dataset import build_dataset
 
 pytest.importorskip("trl")
 
@@ -33,7 +34,9 @@ def ksmith(ksmith_cmd, *args, timeout=600):
 def test_dataset_sft_then_the_adapter_proposes_in_ksmith_evolve(ksmith_cmd, tmp_path):
     model = make_tiny_model(tmp_path / "tiny")
     write_run(tmp_path / "runs" / "a")
-    ksmith(ksmith_cmd, "dataset", tmp_path / "runs", "-o", tmp_path / "data")
+    build_dataset(
+        [str(tmp_path / "runs")], tmp_path / "data"
+    )  # the command itself: tests/train/test_dataset.py
     proc = ksmith(
         ksmith_cmd, "train", "sft", "--model", model, "--data", tmp_path / "data", "--max-steps", "2",
         "--rank", "4", "-o", tmp_path / "adapter", "--json",

@@ -20,7 +20,7 @@ def make_tiny_model(out: Path) -> Path:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
-    files = sorted(str(p) for p in Path(os.__file__).parent.glob("*.py"))[:40]
+    files = sorted(str(p) for p in Path(os.__file__).parent.glob("*.py"))[:12]
     tokenizer = Tokenizer(models.BPE(unk_token=None))
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
