@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +59,20 @@ def _held_out(data: Path, steps: str) -> Any:
         return None
 
 
+def fitting(examples: Any, tokenizer: Any, max_length: int) -> tuple[Any, int]:
+    """The examples whose prompt and answer fit in ``max_length`` tokens, and how many did not.
+
+    A longer one would be truncated from the end, cutting the answer -- the only part that carries loss.
+    """
+
+    def length(example: dict[str, Any]) -> int:
+        tokens = tokenizer.apply_chat_template(example["prompt"] + example["completion"], tokenize=True)
+        return len(tokens["input_ids"] if isinstance(tokens, Mapping) else tokens)
+
+    keep = [i for i, example in enumerate(examples) if length(example) <= max_length]
+    return examples.select(keep), len(examples) - len(keep)
+
+
 def lora_config(rank: int) -> Any:
     peft = need("peft", "ksmith train")
     return peft.LoraConfig(
@@ -94,6 +109,12 @@ def train_sft(
     train_set = load_sft_data(Path(data), steps)
     held_out = _held_out(Path(data), steps)
     base, tokenizer = load_base(model, "ksmith train sft")
+    train_set, too_long = fitting(train_set, tokenizer, max_length)
+    if not len(train_set):
+        raise ConfigError(f"every example is longer than --max-length {max_length} tokens")
+    if held_out is not None:
+        held_out, _ = fitting(held_out, tokenizer, max_length)
+        held_out = held_out if len(held_out) else None
     output = output_dir(Path(output))
     config = trl.SFTConfig(
         output_dir=str(output),
@@ -131,6 +152,7 @@ def train_sft(
         "data": str(Path(data).resolve()),
         "steps_used": steps,
         "examples": len(train_set),
+        "too_long": too_long,
         "max_steps": max_steps,
         "learning_rate": learning_rate,
         "batch_size": batch_size,

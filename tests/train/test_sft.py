@@ -49,6 +49,11 @@ def test_loss_is_on_the_answer_only(smollm2_dir, tmp_path):
         else example["completion_mask"]
     )
     assert 0 < sum(mask) < len(mask) and mask[0] == 0 and mask[-1] == 1
+    # Examples that do not fit are dropped, not truncated (truncation would cut the answer).
+    from ksmith_train.sft import fitting
+
+    full = len(example["input_ids"])
+    assert [len(fitting(data, tokenizer, n)[0]) for n in (full + 20, 16)] == [2, 0]
     answer = tokenizer.decode([t for t, m in zip(example["input_ids"], mask) if m])
     assert "<<<<<<< SEARCH" in answer and "num_warps=4" in answer and "Current kernel" not in answer
 
