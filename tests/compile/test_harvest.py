@@ -86,6 +86,7 @@ def test_a_harvested_problem_evolved_and_exported_swaps_back_into_the_model(tmp_
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.slow  # a ksmith process each (torch import): seconds
 @pytest.mark.parametrize(
     "args, fragment",
     [

@@ -49,6 +49,7 @@ def test_report_lists_each_region_swapped_or_not_with_why(library_dir, tmp_path)
     assert not any(line.startswith("forward ms") for line in lines)  # timings only on a GPU unless asked
 
 
+@pytest.mark.slow  # a ksmith process each (torch import): seconds
 @pytest.mark.parametrize(
     "args, fragment",
     [
