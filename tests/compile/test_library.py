@@ -9,7 +9,6 @@ import pytest
 import torch
 
 from ksmith_compile import LibraryWarning, load_library, swap_regions
-from ksmith_compile.library import DEFAULT_LIBRARY, library_dirs
 
 from .conftest import DATA
 from .helpers import dynamo_graph, tiny_llama, triton_launches
@@ -123,15 +122,6 @@ def test_an_eps_that_differs_does_not_match(library_dir):
     assert [(r.region, r.swapped, r.reason) for r in regions] == [
         ("llama_rmsnorm", False, "no match in this graph")
     ]
-
-
-def test_library_location_from_options_then_environment_then_default(monkeypatch, tmp_path):
-    monkeypatch.delenv("KSMITH_LIBRARY", raising=False)
-    assert library_dirs() == [library_dirs(DEFAULT_LIBRARY)[0]]
-    monkeypatch.setenv("KSMITH_LIBRARY", f"{tmp_path / 'a'}:{tmp_path / 'b'}")
-    assert library_dirs() == [tmp_path / "a", tmp_path / "b"]
-    assert library_dirs(str(tmp_path / "c")) == [tmp_path / "c"]
-    assert library_dirs([tmp_path / "d"]) == [tmp_path / "d"]
 
 
 def _one_warning(record, *fragments):
