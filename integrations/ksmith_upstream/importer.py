@@ -74,8 +74,8 @@ def harness(recipe: Recipe, ex: Extraction, cls: str) -> str:
     passed = ", ".join([*tensors, *(f"{c}=self.{c}" for c in config)])
     return (
         f"class {cls}(nn.Module):\n"
-        f"    def __init__(self, {', '.join(config)}):\n"
-        f"        super().__init__()\n{init}\n\n"
+        f"    def __init__({', '.join(['self', *config])}):\n"
+        f"        super().__init__()\n" + (f"{init}\n" if init else "") + "\n"
         f"    def forward(self, {', '.join(tensors)}):\n"
         f"        return call({ex.launcher}, {passed})\n"
     )

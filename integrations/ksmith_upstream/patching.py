@@ -354,6 +354,13 @@ def formatting_note(project: Project) -> str:
 # ---------------------------------------------------------------------------------------------------------------
 
 
+def _tolerances(recipe: Recipe) -> dict[str, tuple[float, float]]:
+    """(atol, rtol) per floating dtype: ksmith's defaults, then the recipe's."""
+    table = {"float32": (1e-4, 1e-4), "float16": (1e-2, 1e-2), "bfloat16": (1e-2, 1e-2)}
+    table.update({k: (float(v[0]), float(v[1])) for k, v in recipe.tolerances.items()})
+    return table
+
+
 def _cases(recipe: Recipe, sizes: dict) -> list[dict]:
     cases = [{**sizes, **case} for case in recipe.cases]
     return [*cases, dict(sizes)] if dict(sizes) not in cases else cases
@@ -372,7 +379,7 @@ def render_sglang_test(ex: Extraction, recipe: Recipe, sizes: dict, mod: Codemod
     import_line, leaf = _module_import(ex)
     tensors, config = call_parameters(recipe), list(recipe.config)
     cls = "Test" + "".join(p.title() for p in ex.launcher.split("_")) + "Evolved"
-    tol = recipe.tolerances.get("float32", [1e-5, 1e-5])
+    tolerances = _tolerances(recipe)
     return f'''import unittest
 from unittest import mock
 
@@ -386,6 +393,7 @@ register_cuda_ci(est_time=30, suite="stage-b-test-small-1-gpu")
 
 CONFIG = {config!r}
 CASES = {_cases(recipe, sizes)!r}
+TOLERANCES = {tolerances!r}
 
 
 {_shared(recipe)}
@@ -411,7 +419,8 @@ class {cls}(CustomTestCase):
                 got = call({leaf}.{ex.launcher}, *inputs, **config)
                 for want, have in zip(expected, got):
                     if want.is_floating_point():
-                        torch.testing.assert_close(have, want, atol={tol[0]}, rtol={tol[1]})
+                        atol, rtol = TOLERANCES[str(want.dtype).removeprefix("torch.")]
+                        torch.testing.assert_close(have, want, atol=atol, rtol=rtol)
                     else:
                         self.assertTrue(torch.equal(have, want))
 
@@ -431,7 +440,7 @@ if __name__ == "__main__":
 def render_lmdeploy_test(ex: Extraction, recipe: Recipe, sizes: dict, mod: Codemod) -> str:
     import_line, leaf = _module_import(ex)
     cls = "Test" + "".join(p.title() for p in ex.launcher.split("_")) + "Evolved"
-    tol = recipe.tolerances.get("float32", [1e-5, 1e-5])
+    tolerances = _tolerances(recipe)
     body = f'''# Copyright (c) OpenMMLab. All rights reserved.
 from unittest import mock
 
@@ -442,6 +451,7 @@ import torch
 
 CONFIG = {list(recipe.config)!r}
 CASES = {_cases(recipe, sizes)!r}
+TOLERANCES = {tolerances!r}
 
 
 {_shared(recipe)}
@@ -467,7 +477,8 @@ class {cls}:
         got = call({leaf}.{ex.launcher}, *inputs, **config)
         for want, have in zip(expected, got):
             if want.is_floating_point():
-                torch.testing.assert_close(have, want, atol={tol[0]}, rtol={tol[1]})
+                atol, rtol = TOLERANCES[str(want.dtype).removeprefix('torch.')]
+                torch.testing.assert_close(have, want, atol=atol, rtol=rtol)
             else:
                 torch.testing.assert_close(have, want, atol=0, rtol=0)
 

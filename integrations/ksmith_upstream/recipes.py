@@ -148,7 +148,52 @@ def call(launcher, scores, bias, num_experts, top_k, routed_scaling_factor):
     tolerances={"float32": [1e-6, 1e-5]},
 )
 
-RECIPES = {(r.project, r.launcher): r for r in (NORMAL_DECODE_SET_METADATA, FUSED_SINGLE_GROUP_TOPK_ROUTER)}
+MERGE_STATE_TRITON = Recipe(
+    project="sglang",
+    launcher="merge_state_triton",
+    model=(
+        "merging a prefix and a suffix attention state in chunked prefill of a Llama-3.1-8B-class model: "
+        "8192 tokens, 32 query heads of 128, bf16 values, fp32 log-sum-exps"
+    ),
+    sizes={"num_tokens": 8192, "num_heads": 32, "head_size": 128},
+    small={"num_tokens": 6, "num_heads": 3},
+    config=(),
+    make_inputs='''
+def make_inputs(num_tokens, num_heads, head_size):
+    """Two partial attention outputs (bf16) and their log-sum-exps (fp32), one of them +inf in places."""
+    prefix_output = torch.randn(num_tokens, num_heads, head_size, dtype=torch.bfloat16)
+    suffix_output = torch.randn(num_tokens, num_heads, head_size, dtype=torch.bfloat16)
+    prefix_lse = torch.randn(num_tokens, num_heads, dtype=torch.float32) * 4
+    suffix_lse = torch.randn(num_tokens, num_heads, dtype=torch.float32) * 4
+    prefix_lse[::5, 0] = float("inf")  # an empty prefix: the kernel treats +inf as -inf
+    return [prefix_output, prefix_lse, suffix_output, suffix_lse]
+''',
+    call='''
+def call(launcher, prefix_output, prefix_lse, suffix_output, suffix_lse):
+    """The merged output and log-sum-exp."""
+    return launcher(prefix_output, prefix_lse, suffix_output, suffix_lse)
+''',
+    applies=(
+        "prefix_output.dtype == torch.bfloat16",
+        "suffix_output.dtype == torch.bfloat16",
+        "prefix_lse.dtype == torch.float32",
+        "suffix_lse.dtype == torch.float32",
+        "prefix_output.shape[-1] == {head_size}",
+        "prefix_output.is_contiguous() and suffix_output.is_contiguous()",
+        "output is None and output_lse is None",
+    ),
+    cases=(
+        {"num_tokens": 1, "num_heads": 1},
+        {"num_tokens": 3, "num_heads": 5},
+        {"num_tokens": 257, "num_heads": 8},
+    ),
+    tolerances={"bfloat16": [1e-2, 1e-2], "float32": [1e-5, 1e-5]},
+)
+
+RECIPES = {
+    (r.project, r.launcher): r
+    for r in (NORMAL_DECODE_SET_METADATA, FUSED_SINGLE_GROUP_TOPK_ROUTER, MERGE_STATE_TRITON)
+}
 
 
 def recipe_for(project: str, launcher: str) -> Recipe:

@@ -20,6 +20,7 @@ from .conftest import error_line, run_ksmith
 KERNELS = {
     "sglang": ("normal_decode_set_metadata", "_fused_decode_metadata_kernel"),
     "lmdeploy": ("fused_single_group_topk_router", "_single_group_topk_router_kernel"),
+    "sglang-merge": ("merge_state_triton", "merge_state_kernel"),
 }
 
 
@@ -40,11 +41,11 @@ def provenance_of(path: Path) -> dict:
     raise AssertionError("no KSMITH_UPSTREAM")
 
 
-@pytest.mark.parametrize("project", ["sglang", "lmdeploy"])
+@pytest.mark.parametrize("key", ["sglang", "lmdeploy", pytest.param("sglang-merge", marks=pytest.mark.slow)])
 def test_import_writes_a_standalone_seed_that_matches_upstream(
-    project, upstream, ksmith_cmd, ksmith_env, tmp_path
+    key, upstream, ksmith_cmd, ksmith_env, tmp_path
 ):
-    launcher, kernel = KERNELS[project]
+    project, (launcher, kernel) = key.split("-")[0], KERNELS[key]
     proc = run_ksmith(ksmith_cmd, "import", project, launcher, "-o", tmp_path, env=ksmith_env)
     assert proc.returncode == 0, proc.stderr
     problem, seed = tmp_path / f"{launcher}.py", tmp_path / f"{launcher}.seed.py"

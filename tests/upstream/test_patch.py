@@ -224,3 +224,27 @@ def test_missing_run_is_one_line(upstream, ksmith_cmd, ksmith_env, tmp_path):
     proc = run_ksmith(ksmith_cmd, "patch", "sglang", tmp_path / "nope", "-o", tmp_path / "o", env=ksmith_env)
     error_line(proc)
     shutil.rmtree(tmp_path / "o", ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_a_float_kernel_patch_applies_and_its_test_passes(upstream, ksmith_cmd, ksmith_env, tmp_path):
+    """SGLang's merge_state_triton (bf16 values, fp32 log-sum-exps): tolerances per dtype in the generated test."""
+    from ksmith_upstream.standalone import run_test
+
+    problem, seed = imported(ksmith_cmd, ksmith_env, "sglang", "merge_state_triton", tmp_path / "p")
+    edit = ("out_se = tl.exp(p_lse) + tl.exp(s_lse)", "out_se = tl.exp(s_lse) + tl.exp(p_lse)")
+    run = recorded_run(tmp_path / "run", problem, edited(seed, edit, tmp_path / "v.py"), correct=True)
+    out = tmp_path / "out"
+    proc = run_ksmith(ksmith_cmd, "patch", "sglang", run, "-o", out, env=ksmith_env)
+    assert proc.returncode == 0, proc.stderr
+    repo = git_tree(upstream["sglang"], tmp_path / "sglang")
+    assert git_apply(repo, out / "merge_state_triton.patch", check=False).returncode == 0
+    text = (repo / "python/sglang/kernels/ops/attention/merge_state.py").read_text(encoding="utf-8")
+    assert "and prefix_output.shape[-1] == 128" in text
+    test_file = repo / "test/registered/kernels/ops/attention/test_merge_state_triton_evolved.py"
+    assert "'bfloat16': (0.01, 0.01)" in test_file.read_text(encoding="utf-8").replace('"', "'")
+    patched = repo / "python/sglang/kernels/ops/attention/merge_state.py"
+    result = run_test(
+        test_file, patched, "sglang.kernels.ops.attention.merge_state", tmp_path / "gen", "cpu", 2
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
