@@ -245,9 +245,10 @@ import triton.language as tl
 @triton.jit
 def _linear_kernel(
     x_ptr, w_ptr, r_ptr, out_ptr, M, N, K,
-    HAS_RESIDUAL: tl.constexpr, IEEE: tl.constexpr,
+    EPILOGUE: tl.constexpr, IEEE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
 ):
+    # EPILOGUE: 0 none, 1 (+ r), 2 (* r), 3 silu(.) * r; each step rounded to the output dtype as eager does.
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -264,8 +265,13 @@ def _linear_kernel(
     mask = (rm[:, None] < M) & (rn[None, :] < N)
     offs = rm[:, None] * N + rn[None, :]
     y = acc.to(out_ptr.dtype.element_ty)
-    if HAS_RESIDUAL:
+    if EPILOGUE == 3:
+        yf = y.to(tl.float32)
+        y = (yf / (1.0 + tl.exp(-yf))).to(out_ptr.dtype.element_ty)
+    if EPILOGUE == 1:
         y = y + tl.load(r_ptr + offs, mask=mask, other=0.0)
+    if EPILOGUE >= 2:
+        y = y * tl.load(r_ptr + offs, mask=mask, other=0.0)
     tl.store(out_ptr + offs, y, mask=mask)
 
 
@@ -280,21 +286,24 @@ class ModelNew(nn.Module):
         M, K = x.shape
         N = w.shape[0]
         out = torch.empty((M, N), dtype=in0.dtype, device=in0.device)
-        residual = {residual}
+        other = {other}
         grid = (triton.cdiv(M, 16), triton.cdiv(N, 64))
         _linear_kernel[grid](
-            x, w, residual, out, M, N, K,
-            HAS_RESIDUAL={has_residual}, IEEE=x.dtype == torch.float32, BLOCK_M=16, BLOCK_N=64, BLOCK_K=32,
+            x, w, other, out, M, N, K,
+            EPILOGUE={epilogue}, IEEE=x.dtype == torch.float32, BLOCK_M=16, BLOCK_N=64, BLOCK_K=32,
         )
         return out.reshape(*in0.shape[:-1], N)
 '''
+_EPILOGUES = {(): (0, "linear"), ("add",): (1, "linear + add"), ("mul",): (2, "linear * other"),
+              ("silu", "mul"): (3, "silu(linear) * other")}  # fmt: skip
 
 
 def _linear_seed(
     nodes: list[torch.fx.Node], activations: list[torch.fx.Node], weights: list[torch.fx.Node], origin: str
 ) -> str | None:
-    """A plain Triton GEMM seed for ``linear`` and ``linear + residual`` regions (no bias), else None: the
-    matmul problems Inductor writes no Triton seed for (it calls an extern matmul)."""
+    """A plain Triton GEMM seed for ``linear`` regions (no bias) alone or followed by ``+ other``,
+    ``* other`` or ``silu(.) * other``, else None: the matmul problems Inductor writes no Triton seed for (it
+    calls an extern matmul)."""
     first = nodes[0]
     if first.op != "call_function" or first.target not in (torch._C._nn.linear, F.linear) or first.kwargs:
         return None
@@ -310,29 +319,41 @@ def _linear_seed(
     x, w = _value(activations[0]), _value(weights[0])
     if x.dtype != w.dtype or w.dim() != 2:
         return None
-    residual = len(nodes) == 2 and len(activations) == 2
-    if len(nodes) == 2:
-        add = nodes[1]
-        other = [a for a in add.args if a is not first]
-        if (
-            not residual
-            or add.target not in (operator.add, torch.add)
-            or add.kwargs
-            or len(add.args) != 2
-            or other != [activations[1]]
-            or _value(activations[1]).dtype != x.dtype
-            or tuple(_value(activations[1]).shape) != tuple(_value(add).shape)
-        ):
+    names = tuple(_epilogue_name(n) for n in nodes[1:])
+    if names not in _EPILOGUES:
+        return None
+    epilogue, what = _EPILOGUES[names]
+    if epilogue:
+        if len(activations) != 2:
             return None
-    elif len(nodes) != 1 or len(activations) != 1:
+        other, last = activations[1], nodes[-1]
+        if _value(other).dtype != x.dtype or tuple(_value(other).shape) != tuple(_value(last).shape):
+            return None
+        previous = nodes[-2]
+        if sorted(map(id, last.args)) != sorted(map(id, (previous, other))) or len(last.args) != 2:
+            return None
+        if names == ("silu", "mul") and (nodes[1].args != (first,) or nodes[1].kwargs.get("inplace", False)):
+            return None
+    elif len(activations) != 1:
         return None
     return _LINEAR_SEED.format(
-        what="linear + residual" if residual else "linear",
+        what=what,
         init=_init_expr(w),
-        args="in0, in1" if residual else "in0",
-        residual="in1.reshape(M, N).contiguous()" if residual else "out  # unused",
-        has_residual=residual,
+        args="in0, in1" if epilogue else "in0",
+        other="in1.reshape(M, N).contiguous()" if epilogue else "out  # unused",
+        epilogue=epilogue,
     )
+
+
+def _epilogue_name(node: torch.fx.Node) -> str:
+    if node.op == "call_function" and not node.kwargs.get("alpha"):
+        if node.target in (operator.add, torch.add):
+            return "add"
+        if node.target in (operator.mul, torch.mul):
+            return "mul"
+        if node.target is F.silu:
+            return "silu"
+    return "other"
 
 
 def _randn(node: torch.fx.Node) -> str:
