@@ -40,7 +40,6 @@ class RunFacts:
     source: str  # the best candidate's source
     candidate_id: str
     verdict: object
-    seed_verdict: object | None
     evaluations: int
     proposer: str
     versions: dict
@@ -58,7 +57,6 @@ def load_run(run: str) -> RunFacts:
             raise UpstreamError(f"run {run} has no correct candidate; there is nothing to patch")
         candidate, verdict = best
         meta = store.meta()
-        seed = store.get(meta["seed_id"]) if meta.get("seed_id") else None
         manifest = store.manifest()
         return RunFacts(
             run=run_dir.name,
@@ -67,7 +65,6 @@ def load_run(run: str) -> RunFacts:
             source=candidate.source,
             candidate_id=candidate.id,
             verdict=verdict,
-            seed_verdict=seed[1] if seed else None,
             evaluations=store.count_evaluations(),
             proposer=str(meta.get("config", {}).get("proposer") or "mutate"),
             versions=dict(manifest.get("versions", {})),
@@ -91,9 +88,6 @@ class _Rename(cst.CSTTransformer):
         return (
             updated.with_changes(value=self.names[updated.value]) if updated.value in self.names else updated
         )
-
-    def visit_Attribute(self, node: cst.Attribute) -> bool:
-        return True
 
     def leave_Attribute(self, original: cst.Attribute, updated: cst.Attribute) -> cst.Attribute:
         return updated.with_changes(attr=original.attr)  # only the object of ``a.b`` may be renamed
