@@ -128,6 +128,7 @@ def swap_regions(
 
     model_regions = find_regions(gm)  # what harvest would write, named before any node is replaced
     regions: list[Region] = []
+    replaced: dict[torch.fx.Node, torch.fx.Node] = {}  # a replaced region's output -> the operator's node
     for entry in library.entries:
         matcher = SubgraphMatcher(
             entry.pattern.graph,
@@ -141,7 +142,7 @@ def swap_regions(
             regions.append(Region(entry.name, entry.name, False, "no match in this graph", graph_index))
         for match in matches:
             region = f"{entry.name}@{match.returning_nodes[0].name}" if match.returning_nodes else entry.name
-            why_not = _why_not(entry, match)
+            why_not = _why_not(entry, match, replaced)
             if (
                 why_not is None
                 and entry.speedup_vs_compile is not None
@@ -151,7 +152,7 @@ def swap_regions(
                     f"{entry.speedup_vs_compile:.3g}x vs torch.compile on its problem (< {min_speedup:g})"
                 )
             if why_not is None:
-                _replace(gm, entry, match)
+                _replace(gm, entry, match, replaced)
                 regions.append(
                     Region(region, entry.name, True, f"swapped for {entry.op.name()}", graph_index)
                 )
@@ -176,10 +177,16 @@ def _pattern_placeholders(entry: Entry) -> list[torch.fx.Node]:
     return [n for n in entry.pattern.graph.nodes if n.op == "placeholder"]
 
 
-def _why_not(entry: Entry, match: Any) -> str | None:
+def _inputs(entry: Entry, match: Any, replaced: dict[torch.fx.Node, torch.fx.Node]) -> list[torch.fx.Node]:
+    # A match's input may be the output of a region replaced just before (two norms in a row): that
+    # node is gone from the graph, the operator's node stands for it.
+    return [replaced.get(match.nodes_map[p], match.nodes_map[p]) for p in _pattern_placeholders(entry)]
+
+
+def _why_not(entry: Entry, match: Any, replaced: dict[torch.fx.Node, torch.fx.Node]) -> str | None:
     if len(match.returning_nodes) != 1:
         return "pattern matched with several outputs"
-    nodes = [match.nodes_map[p] for p in _pattern_placeholders(entry)]
+    nodes = _inputs(entry, match, replaced)
     values = [n.meta.get("example_value") for n in nodes]
     if any(v is None for v in values):
         return "no example value on an input of the match"
@@ -194,8 +201,10 @@ def _why_not(entry: Entry, match: Any) -> str | None:
     return None
 
 
-def _replace(gm: torch.fx.GraphModule, entry: Entry, match: Any) -> None:
-    args = tuple(match.nodes_map[p] for p in _pattern_placeholders(entry))
+def _replace(
+    gm: torch.fx.GraphModule, entry: Entry, match: Any, replaced: dict[torch.fx.Node, torch.fx.Node]
+) -> None:
+    args = tuple(_inputs(entry, match, replaced))
     anchor = match.returning_nodes[0]
     with gm.graph.inserting_before(anchor):
         node = gm.graph.call_function(entry.op, args)
@@ -203,6 +212,7 @@ def _replace(gm: torch.fx.GraphModule, entry: Entry, match: Any) -> None:
         k: v for k, v in anchor.meta.items() if k in ("example_value", "stack_trace", "nn_module_stack")
     }
     anchor.replace_all_uses_with(node)
+    replaced[anchor] = node
     internal = [
         match.nodes_map[p]
         for p in entry.pattern.graph.nodes

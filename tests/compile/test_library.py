@@ -234,3 +234,25 @@ def test_an_entry_failing_opcheck_is_one_warning_and_left_out(library_copy, monk
         library = load_library(library_copy)
     _one_warning(record, "llama_rmsnorm", "torch.library.opcheck failed: test_faketensor")
     assert library.entries == [] and len(calls) == 1
+
+
+def test_two_norms_in_a_row_are_both_swapped_and_right(library_dir):
+    library = load_library(library_dir)
+    weights = torch.randn(64), torch.randn(64)
+
+    def norm(x, w):
+        h = x.to(torch.float32)
+        variance = h.pow(2).mean(-1, keepdim=True)
+        return w * (h * torch.rsqrt(variance + 1e-06)).to(x.dtype)
+
+    def twice(x, w1, w2):
+        return norm(norm(x, w1), w2)  # the second match's input is the first match's output
+
+    x = torch.randn(2, 8, 64)
+    with torch.no_grad():
+        gm, inputs = dynamo_graph(twice, x, *weights)
+        regions = [r for r in swap_regions(gm, library) if r.entry]
+        assert [r.swapped for r in regions] == [True, True]
+        got = gm(*inputs)
+    torch.testing.assert_close(got[0] if isinstance(got, (tuple, list)) else got, twice(x, *weights))
+    assert sum(n.target == library.entries[0].op for n in gm.graph.nodes) == 2
