@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import ast
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -152,3 +155,24 @@ def test_unknown_shape_names_are_refused(upstream, ksmith_cmd, ksmith_env, tmp_p
         env=ksmith_env,
     )  # fmt: skip
     assert "unknown sizes ['batch']" in error_line(proc)
+
+
+@pytest.mark.slow
+def test_imported_seeds_compile_for_an_h100_without_a_gpu(upstream, ksmith_cmd, ksmith_env, tmp_path):
+    """Triton's own compiler, sm_90, full sizes: what the interpreter accepts must also lower for the GPU."""
+    problems = []
+    for project, launcher in [
+        ("sglang", "normal_decode_set_metadata"),
+        ("sglang", "merge_state_triton"),
+        ("lmdeploy", "fused_single_group_topk_router"),
+    ]:
+        proc = run_ksmith(ksmith_cmd, "import", project, launcher, "-o", tmp_path, env=ksmith_env)
+        assert proc.returncode == 0, proc.stderr
+        problems.append(tmp_path / f"{launcher}.py")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    script = Path(__file__).with_name("aot_compile.py")
+    proc = subprocess.run(
+        [sys.executable, str(script), *map(str, problems)], capture_output=True, text=True, env=env
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count("OK ") == 3, proc.stdout
