@@ -190,7 +190,21 @@ def codemod(
             f"the evolved {ex.launcher} changed its signature; the patch must keep upstream's"
         )
 
-    changed = {n for names, stmt in stmts for n in names if upstream_code.get(n) != _code(stmt).strip()}
+    reachable = {
+        ex.launcher
+    }  # what the launcher uses, transitively; anything else the candidate holds is dead
+    frontier = [ex.launcher]
+    while frontier:
+        for read in _reads(by_name[frontier.pop()][1]):
+            if read in by_name and read not in reachable:
+                reachable.add(read)
+                frontier.append(read)
+    changed = {
+        n
+        for names, stmt in stmts
+        for n in names
+        if upstream_code.get(n) != _code(stmt).strip() and n in reachable
+    }
     if not changed:
         raise UpstreamError(
             f"the run's best candidate is upstream's {ex.launcher} unchanged; there is nothing to patch"
@@ -200,7 +214,7 @@ def codemod(
     while grew:  # whatever reads an included definition is included too, up to the launcher
         grew = False
         for names, stmt in stmts:
-            if not set(names) <= included and _reads(stmt) & included:
+            if not set(names) <= included and _reads(stmt) & included and set(names) & reachable:
                 included.update(names)
                 grew = True
     if ex.launcher not in included:

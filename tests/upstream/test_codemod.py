@@ -94,3 +94,14 @@ def test_rebase_carries_only_what_evolution_changed(setup, tmp_path):
     # Without the baseline the old helper would be mistaken for an evolved one and carried back in.
     naive = codemod(newer, recipe, candidate, recipe.sizes)
     assert "_resolve_metadata_page_ids" in naive.changed
+
+
+def test_dead_code_in_the_candidate_is_not_carried(setup):
+    ex, recipe, seed = setup
+    dead = "\n\n@triton.jit\ndef _unused_kernel(x):\n    pass\n\n\nUNUSED_TABLE = {1: 2}\n"
+    candidate = seed.replace("num_stages=3,", "num_stages=2,") + dead
+    mod = codemod(ex, recipe, candidate, recipe.sizes)
+    assert mod.changed == [LAUNCHER]
+    assert "_unused_kernel" not in mod.new_module and "UNUSED_TABLE" not in mod.new_module
+    with pytest.raises(UpstreamError, match="unchanged; there is nothing to patch"):
+        codemod(ex, recipe, seed + dead, recipe.sizes)
