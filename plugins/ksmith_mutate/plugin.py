@@ -253,6 +253,15 @@ def _continues(momentum: tuple[str, str] | None, edit: Edit) -> bool:
     return momentum is not None and momentum == (edit.kind, str(edit.detail.get("direction")))
 
 
+def _grow_weight(edit: Edit) -> float:
+    """Far from the roofline: tile edits that grow the tile, the more the tile grows the likelier."""
+    if edit.kind not in TILE_KINDS + STRUCTURAL_FIRST or edit.detail.get("direction") != "up":
+        return 1.0
+    config = edit.detail.get("config")
+    area = config[0] * config[1] / (128 * 128) if config else 1.0
+    return GROW_TILE_WEIGHT * max(area, 0.25)
+
+
 def _wants_bigger_tiles(verdict: Any) -> bool:
     """Compute-bound and far from the roofline: the tile does too little work per byte it loads."""
     fraction = getattr(verdict, "roofline_fraction", None)
@@ -318,15 +327,14 @@ def _pick_edit(
         # TMA loads are tried before any other kind the bandit has not tried yet (after that, measured gains
         # decide as for every kind).
         untried = [k for k in STRUCTURAL_FIRST if k in kinds and bandit.pulls[k] + pending[k] == 0]
+        if grow:
+            # Hints, group order and precision cannot move a kernel at a third of its roofline: while the
+            # parent is that far, only the edits that change the tiling compete.
+            kinds = [k for k in kinds if k in TILE_KINDS + STRUCTURAL_FIRST] or kinds
         kind = untried[0] if grow and untried else bandit.choose(kinds, rng, pending)
         of_kind = [e for e in pool if e.kind == kind]
         weights = [
-            (MOMENTUM_WEIGHT if _continues(plan.momentum, e) else 1.0)
-            * (
-                GROW_TILE_WEIGHT
-                if grow and e.kind in TILE_KINDS and e.detail.get("direction") == "up"
-                else 1.0
-            )
+            (MOMENTUM_WEIGHT if _continues(plan.momentum, e) else 1.0) * (_grow_weight(e) if grow else 1.0)
             for e in of_kind
         ]
         edit = rng.choices(of_kind, weights=weights, k=1)[0]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import linecache
 import os
 import sys
 import traceback
@@ -109,11 +110,22 @@ def problem_step(what: str) -> Iterator[None]:
         raise ProblemStepError(f"{what} raised {type(exc).__name__}: {message}".rstrip(": ")) from exc
 
 
+PROBLEM_FILENAME = "ksmith_problem.py"
+
+
 def load_problem_module(source: str, small_sizes: dict[str, Any] | None) -> types.ModuleType:
     module = types.ModuleType("ksmith_problem")
-    module.__file__ = "<problem>"
+    module.__file__ = PROBLEM_FILENAME
+    # Triton's @jit reads a kernel's source back through inspect: a reference that is itself a Triton kernel
+    # (an upstream kernel imported as the problem) needs its lines where inspect looks for them.
+    linecache.cache[PROBLEM_FILENAME] = (
+        len(source),
+        None,
+        source.splitlines(keepends=True),
+        PROBLEM_FILENAME,
+    )
     with problem_step("the problem module"):
-        exec(compile(source, "<problem>", "exec"), module.__dict__)
+        exec(compile(source, PROBLEM_FILENAME, "exec"), module.__dict__)
     for name, value in (small_sizes or {}).items():
         setattr(module, name, value)
     return module

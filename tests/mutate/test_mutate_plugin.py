@@ -260,6 +260,17 @@ def test_a_compute_bound_parent_far_from_its_roofline_tries_a_bigger_gemm_config
         m, n = edit.detail["config"][:2]
         grown += m * n > area
     assert grown >= 24  # 4:1 for configs that grow the tile
+    # Once the structural kinds were tried, only edits that change the tiling compete while it stays far.
+    tried = Counter({"gemm_config": 1, "tma_loads": 1})
+    chosen = set()
+    for trial in range(30):
+        run.rng.seed(trial)
+        plan = plugin._Plan(seed, False, "improve")
+        edit = plugin._pick_edit(
+            plan, {seed.candidate.id: list(edits)}, set(run.by_id), EditBandit(), tried, run.rng
+        )
+        chosen.add(edit.kind)
+    assert chosen <= {"gemm_config", "tma_loads", "dot_tile"} and "dot_tile" in chosen
     # Near its roofline (or memory-bound), the config jump is one untried kind among the others.
     near = add_seed(
         run, "matmul_bias_relu", replace(ok(0.9), roofline_bound="compute", roofline_fraction=0.85)
