@@ -10,8 +10,9 @@ Edit kinds (the arms of the bandit):
 ``gemm_config``
     A tiled matmul's ``BLOCK_M`` / ``BLOCK_N`` / ``BLOCK_K``, ``num_warps`` and ``num_stages`` set at once to one
     of Inductor's mm template configurations (:mod:`ksmith_mutate.gemm_configs`). A parent that is
-    compute-bound below 0.7 of its roofline tries this kind (then ``tma_loads``) before other untried kinds,
-    and favours configurations that grow the tile four to one.
+    compute-bound below 0.7 of its roofline tries this kind (then ``tma_loads``) before other untried kinds;
+    while it stays that far, only tiling edits (``gemm_config``, ``tma_loads``, ``dot_tile``) compete, and
+    those that grow the tile are four times likelier (more so the larger the tile).
 ``tma_loads``
     A tiled matmul's pointer loads in its K loop become TMA tensor-descriptor loads, each descriptor built over
     the operand's real layout (the launch passes which stride is 1) (:mod:`ksmith_mutate.tma`).
