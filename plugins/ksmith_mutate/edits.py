@@ -15,7 +15,7 @@ from typing import Any
 import libcst as cst
 
 from ksmith_core.errors import CandidateError
-from ksmith_mutate.gemm_configs import TMA_CONFIGS, gemm_config_changes, tile_names
+from ksmith_mutate.gemm_configs import TMA_CONFIGS, fits_shared_memory, gemm_config_changes, tile_names
 from ksmith_mutate.source_model import (
     DOT_AXIS,
     GROUP_NAMES,
@@ -454,6 +454,10 @@ def _block_changes(
             n_ = next((v for n, v in tile.items() if n.endswith("N")), 1)
             if m * n_ > MAX_DOT_ACCUMULATOR:
                 continue
+            k = next((v for n, v in tile.items() if n.endswith("K")), None)
+            stages = literals.get("num_stages", TRITON_DEFAULT_NUM_STAGES)
+            if k is not None and new > old and not fits_shared_memory(m, n_, k, stages):
+                continue  # grows past shared memory: would not compile
         elif len(block_names) > 1:
             product = 1
             for value in tile.values():

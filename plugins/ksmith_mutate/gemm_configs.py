@@ -22,6 +22,17 @@ import libcst as cst
 
 from ksmith_mutate.source_model import DOT_AXIS, GROUP_NAMES, LaunchSite
 
+# Shared memory one block may use on the GPUs ksmith targets first (an H100: 227 KiB). A software-pipelined
+# matmul keeps ``stages`` copies of its A and B tiles there; a configuration that cannot fit them even at two
+# bytes per element fails to compile ("out of resource: shared memory"), so it is never proposed.
+SHARED_MEMORY_BYTES = 227 * 1024
+MIN_ELEMENT_BYTES = 2
+
+
+def fits_shared_memory(block_m: int, block_n: int, block_k: int, stages: int) -> bool:
+    """Whether ``stages`` buffers of a ``block_m x block_k`` and a ``block_k x block_n`` tile fit in shared memory."""
+    return max(stages, 1) * (block_m * block_k + block_k * block_n) * MIN_ELEMENT_BYTES <= SHARED_MEMORY_BYTES
+
 
 class GemmConfig(NamedTuple):
     block_m: int
@@ -125,6 +136,8 @@ def gemm_config_changes(
     for config in inductor_gemm_configs():
         if config.block_m * config.block_n > max_accumulator:
             continue
+        if not fits_shared_memory(config.block_m, config.block_n, config.block_k, config.num_stages):
+            continue
         wanted = {
             names["M"]: config.block_m,
             names["N"]: config.block_n,
@@ -147,7 +160,8 @@ def gemm_config_changes(
 
 
 def _large(config: GemmConfig) -> bool:
-    return config.block_m * config.block_n >= 128 * 128 and config.num_warps == 8
+    fits = fits_shared_memory(config.block_m, config.block_n, config.block_k, config.num_stages)
+    return config.block_m * config.block_n >= 128 * 128 and config.num_warps == 8 and fits
 
 
 # The configurations a TMA rewrite is also offered at: Inductor's large-tile, eight-warp ones, where loading by

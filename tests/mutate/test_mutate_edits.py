@@ -329,3 +329,23 @@ def test_block_rows_is_a_grid_shape_tunable_not_a_tile():
     kinds = {e.kind for e in possible_edits(source) if "BLOCK_ROWS" in e.description}
     assert kinds == {"grid_rows"}
     assert launch_config(source)["block_sizes"] == {}
+
+
+def test_no_tile_edit_grows_past_shared_memory():
+    from ksmith_mutate.gemm_configs import fits_shared_memory
+
+    # 4 stages of a 128x128x128 tile need 256 KiB even at two bytes per element: a compile error on an H100.
+    assert not fits_shared_memory(128, 128, 128, 4) and fits_shared_memory(128, 256, 64, 4)
+    source = seed_source("matmul_bias_relu")
+    for edit in possible_edits(source, ("gemm_config", "tma_loads")):
+        if "config" in edit.detail:
+            m, n, k, stages, _warps = edit.detail["config"]
+            assert fits_shared_memory(m, n, k, stages), edit.description
+    # A tile grown step by step stops where its stages no longer fit: BLOCK_N 128 -> 256 at 5 stages is not offered.
+    big = re.sub(r"BLOCK_M=\d+", "BLOCK_M=128", source)
+    big = re.sub(r"BLOCK_N=\d+", "BLOCK_N=128", big)
+    big = re.sub(r"BLOCK_K=\d+", "BLOCK_K=64", big)
+    big = re.sub(r"num_stages=\d+", "num_stages=5", big)
+    described = [e.description for e in possible_edits(big, ("dot_tile",))]
+    assert "BLOCK_N 128 -> 256 in _matmul_bias_relu_kernel launch" not in described
+    assert any(d.startswith("BLOCK_N 128 -> 64") for d in described)
