@@ -107,6 +107,13 @@ def eval_cmd(problem, candidate, device, timeout, small, trials, timing_trials, 
 )
 @click.option("--gpu-minutes", type=float, default=None, help="Stop after this much evaluation time.")
 @click.option("--patience", type=int, default=None, help="Stop after N evaluations without a new best.")
+@click.option(
+    "--stop-at-roofline",
+    type=float,
+    default=None,
+    metavar="FRACTION",
+    help="Stop once the best runs at this fraction of its roofline on a GPU (default 0.95; 0: never).",
+)
 @click.option("--islands", type=int, default=None, help="Independent sub-populations (default 4).")
 @click.option("--parallel", type=int, default=None, help="Candidates evaluated at once (default 1).")
 @click.option("--executor", default=None, help="How evaluations are dispatched (default local).")
@@ -132,6 +139,7 @@ def evolve(
     budget,
     gpu_minutes,
     patience,
+    stop_at_roofline,
     islands,
     parallel,
     executor,
@@ -169,6 +177,8 @@ def evolve(
         }.items()
         if v is not None
     }
+    if stop_at_roofline is not None:
+        overrides["stop_at_roofline"] = stop_at_roofline or None  # 0 turns the rule off
     if resume_run:
         if problem or seed_file or seed_from:
             raise ConfigError(

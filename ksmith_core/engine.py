@@ -211,6 +211,11 @@ class Engine:
             and self.run.evaluations_since_best() >= cfg.patience
         ):
             return "patience"
+        best = self.run.best
+        if cfg.stop_at_roofline is not None and best is not None:
+            fraction = best.verdict.roofline_fraction
+            if fraction is not None and not best.verdict.interpreted and fraction >= cfg.stop_at_roofline:
+                return "near_roofline"
         return None
 
     def _stop_detail(self, reason: str) -> str:
@@ -220,7 +225,19 @@ class Engine:
             "gpu_minutes": f"{cfg.gpu_minutes:g} evaluation minutes spent" if cfg.gpu_minutes else "",
             "patience": f"{cfg.patience} evaluations without a new best",
             "exhausted": f"no new candidate in {MAX_BARREN_STEPS} steps in a row",
+            "near_roofline": self._near_roofline_detail(),
         }.get(reason, "")
+
+    def _near_roofline_detail(self) -> str:
+        best, cfg = self.run.best, self.run.config
+        fraction = best.verdict.roofline_fraction if best is not None else None
+        if fraction is None or cfg.stop_at_roofline is None:
+            return ""
+        left = max(1.0 / fraction - 1.0, 0.0)
+        return (
+            f"the best runs at {fraction:.2f} of its {best.verdict.roofline_bound or 'measured'} roofline "
+            f"(--stop-at-roofline {cfg.stop_at_roofline:g}): at most {left:.0%} left to gain"
+        )
 
     def _store_dropped(self, drops: list[dict[str, Any]], new: int = 0) -> None:
         """Commit one step's drops (``by`` the proposer or the engine) as ``dropped`` events, in one

@@ -144,7 +144,8 @@ def ksmith_new_best(run: Run, candidate: Candidate, verdict: Verdict) -> None:
 
 @hookspec
 def ksmith_run_end(run: Run, reason: str) -> None:
-    """A run stopped: ``reason`` is ``"budget"``, ``"gpu_minutes"``, ``"patience"`` or ``"exhausted"``."""
+    """A run stopped: ``reason`` is ``"budget"``, ``"gpu_minutes"``, ``"patience"``, ``"near_roofline"`` or
+    ``"exhausted"``."""
 
 
 @hookspec

@@ -28,6 +28,9 @@ class RunConfig:
     budget: int = 40  # total evaluations in the run, the seed included
     gpu_minutes: float | None = None  # total evaluation wall time across workers, in minutes
     patience: int | None = None  # stop after this many evaluations without a new best
+    # Stop once the best kernel runs at this fraction of its roofline (measured on a GPU): at most 1/f - 1 is
+    # left to gain there, and the budget is better spent where the gap is large. None: never stop for this.
+    stop_at_roofline: float | None = 0.95
     islands: int = 4
     proposals_per_step: int = 2
     parallel: int = 1  # candidates evaluated at once
@@ -43,6 +46,8 @@ class RunConfig:
             raise ConfigError(f"--islands must be at least 1 (got {self.islands})")
         if self.gpu_minutes is not None and self.gpu_minutes <= 0:
             raise ConfigError(f"--gpu-minutes must be positive (got {self.gpu_minutes})")
+        if self.stop_at_roofline is not None and not self.stop_at_roofline > 0:
+            raise ConfigError(f"--stop-at-roofline must be positive (got {self.stop_at_roofline})")
         if self.patience is not None and self.patience < 1:
             raise ConfigError(f"--patience must be at least 1 (got {self.patience})")
         if self.parallel < 1 or self.proposals_per_step < 1:

@@ -330,6 +330,7 @@ class Bench:
         extra |= {
             "run_dir": str(run_dir),
             "evaluations": result.evaluations,
+            "stop_reason": result.stop_reason,  # budget, near_roofline, patience, exhausted, ...
             "evolve_seconds": round(time.monotonic() - started, 1),  # this session's wall clock on the device
             "seed_speedup": seed.verdict.speedup if seed else None,
             "seed_speedup_vs_compile": seed.verdict.speedup_vs_compile if seed else None,

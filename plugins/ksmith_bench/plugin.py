@@ -29,6 +29,13 @@ def ksmith_register_commands(cli):
     "--evolve", "do_evolve", is_flag=True, help="Evolve each problem from its seed instead of one evaluation."
 )
 @click.option("--budget", type=int, default=None, help="Evaluations per problem with --evolve (default 40).")
+@click.option(
+    "--stop-at-roofline",
+    type=float,
+    default=None,
+    metavar="FRACTION",
+    help="With --evolve: stop a problem once its best runs at this fraction of its roofline (default 0.95; 0: never).",
+)
 @click.option("--proposer", default=None, help="Proposer for --evolve (default mutate).")
 @click.option("--parallel", type=int, default=None, help="Evaluations at once (default 1).")
 @click.option("--executor", default=None, help="How evaluations are dispatched (default local).")
@@ -60,6 +67,7 @@ def bench(
     paths,
     do_evolve,
     budget,
+    stop_at_roofline,
     proposer,
     parallel,
     executor,
@@ -94,6 +102,8 @@ def bench(
         if v is not None
     }
     overrides["executor_options"] = executor_options
+    if stop_at_roofline is not None:
+        overrides["stop_at_roofline"] = stop_at_roofline or None  # 0 turns the rule off
     if do_evolve:
         chosen = proposer_for(proposer)
         overrides["proposer"] = chosen.name
@@ -128,6 +138,8 @@ def print_bench(result) -> None:
             note = "slower than torch.compile"
         elif row["status"] != "ok" and row.get("reasons"):
             note = row["reasons"][0][:100]
+        if row.get("stop_reason"):  # an evolved row says why its run stopped
+            note = f"{note}; stopped: {row['stop_reason']}" if note else f"stopped: {row['stop_reason']}"
         roof = row.get("roofline_fraction")
         table.add_row(
             row["problem"],

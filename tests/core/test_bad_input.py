@@ -146,6 +146,22 @@ ROWS = [
     (["report", "{emptydir}"], "no run"),
     (["show", "{emptydir}"], "no run"),
     (["show", "{afile}"], "no run"),
+    # the integrations: dataset, train, harvest, compile-report, import, patch
+    (["dataset", "{missing}", "-o", "{tmp}/data"], "no run"),
+    (["dataset", "{run}", "-o", "{afile}"], "is a file"),
+    (
+        ["train", "sft", "--model", "{missing}", "--data", "{emptydir}", "-o", "{tmp}/sft"],
+        "is not a ksmith dataset",
+    ),
+    (["train", "grpo", "--model", "{missing}", "--problems", "{missing}", "-o", "{tmp}/grpo"], "not found"),
+    (["harvest", "{missing}", "-o", "{tmp}/h"], "no such model file"),
+    (["harvest", "{syntax}", "-o", "{tmp}/h"], "SyntaxError"),
+    (["compile-report", "{missing}", "--library", "{emptydir}"], "no such model file"),
+    (["compile-report", "{syntax}", "--library", "{emptydir}"], "SyntaxError"),
+    (["import", "sglang", "nope", "--source", "{missing}", "-o", "{tmp}/i"], "does not exist"),
+    (["import", "nope", "x", "-o", "{tmp}/i"], "is not one of 'sglang', 'lmdeploy'"),
+    (["patch", "sglang", "{emptydir}", "-o", "{tmp}/p"], "no run"),
+    (["patch", "sglang", "{run}", "-o", "{afile}"], "is a file"),
     # runs, rm
     (["runs", "--root", "{afile}"], "is a file"),
     (["rm"], "name the runs to remove"),

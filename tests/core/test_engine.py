@@ -126,7 +126,15 @@ def test_unknown_proposer_is_a_plugin_error(toy_plugin, toy_problem, tmp_path):
 
 
 @pytest.mark.parametrize(
-    "kwargs", [{"budget": 0}, {"islands": 0}, {"gpu_minutes": -1.0}, {"patience": 0}, {"parallel": 0}]
+    "kwargs",
+    [
+        {"budget": 0},
+        {"islands": 0},
+        {"gpu_minutes": -1.0},
+        {"patience": 0},
+        {"parallel": 0},
+        {"stop_at_roofline": 0},
+    ],
 )
 def test_bad_config_is_refused(kwargs):
     with pytest.raises(ConfigError):
@@ -163,3 +171,27 @@ def register_near_duplicates(toy_plugin):
     pm.register(Recommenter(), name="recommenter")
     yield
     pm.unregister(name="recommenter")
+
+
+def test_a_run_stops_near_the_roofline_and_says_how_much_was_left(toy_plugin, toy_problem, tmp_path):
+    # Toy roofline fraction = speed / 4; the seed runs at speed 1 and each child gains 0.25.
+    engine, seed = start(toy_problem, tmp_path, budget=40, stop_at_roofline=0.5, proposals_per_step=1)
+    result = engine.evolve(seed)
+    engine.close()
+    assert result.stop_reason == "near_roofline"
+    assert result.best.verdict.roofline_fraction >= 0.5
+    assert result.evaluations < 40
+    db = sqlite3.connect(tmp_path / "run" / "run.sqlite")
+    (end,) = [json.loads(r[0]) for r in db.execute("SELECT data FROM events WHERE kind='run_end'")]
+    assert end["reason"] == "near_roofline"
+    assert "of its memory roofline (--stop-at-roofline 0.5): at most 100% left to gain" in end["detail"]
+
+
+def test_without_the_roofline_rule_the_run_spends_its_budget(toy_plugin, toy_problem, tmp_path):
+    engine, seed = start(
+        toy_problem, (tmp_path / "off"), budget=16, stop_at_roofline=None, proposals_per_step=1
+    )
+    result = engine.evolve(seed)
+    engine.close()
+    assert result.stop_reason == "budget" and result.evaluations == 16
+    assert result.best.verdict.roofline_fraction >= 0.95  # past the default line, still running
