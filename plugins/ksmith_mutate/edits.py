@@ -26,6 +26,7 @@ from ksmith_mutate.source_model import (
     dotted_name,
     is_block_name,
     is_tl_call,
+    keyword_value,
     parse,
 )
 from ksmith_mutate.tma import tma_change
@@ -238,13 +239,6 @@ def without_keyword(call: cst.Call, name: str) -> cst.Call:
     return call
 
 
-def _keyword_value(call: cst.Call, name: str) -> cst.BaseExpression | None:
-    for arg in call.args:
-        if arg.keyword is not None and arg.keyword.value == name:
-            return arg.value
-    return None
-
-
 def _string_literal(node: cst.BaseExpression | None) -> str | None:
     if isinstance(node, cst.SimpleString):
         value = node.evaluated_value
@@ -330,7 +324,7 @@ def _set_launch_int(
 ) -> list[tuple[cst.CSTNode, cst.CSTNode]]:
     # Replace the value node itself when the keyword exists: an inline grid literal inside the same call is
     # replaced too, and the two replacements must not contain each other.
-    present = _keyword_value(site.call, name)
+    present = keyword_value(site.call, name)
     if present is not None:
         pairs: list[tuple[cst.CSTNode, cst.CSTNode]] = [(present, cst.Integer(str(new)))]
     else:
@@ -376,7 +370,7 @@ def _launch_changes(model: SourceModel, site: LaunchSite) -> Iterator[_Change]:
     # Launch options are added only where absent from a plain kernel: an autotuned one chooses its own.
     may_add = kernel is None or not kernel.autotuned
     warps = literals.get("num_warps")
-    if (may_add and _keyword_value(site.call, "num_warps") is None) or warps is not None:
+    if (may_add and keyword_value(site.call, "num_warps") is None) or warps is not None:
         current = warps if warps is not None else TRITON_DEFAULT_NUM_WARPS
         shown = str(warps) if warps is not None else f"(default {current})"
         for new in _neighbours(current, NUM_WARPS_LADDER):
@@ -388,7 +382,7 @@ def _launch_changes(model: SourceModel, site: LaunchSite) -> Iterator[_Change]:
                 detail=_d("num_warps", current, new),
             )
     stages = literals.get("num_stages")
-    if (may_add and _keyword_value(site.call, "num_stages") is None) or stages is not None:
+    if (may_add and keyword_value(site.call, "num_stages") is None) or stages is not None:
         current = stages if stages is not None else TRITON_DEFAULT_NUM_STAGES
         shown = str(stages) if stages is not None else f"(default {current})"
         low, high = NUM_STAGES_RANGE
@@ -498,7 +492,7 @@ def _hint_changes(kernel: KernelDef) -> Iterator[_Change]:
 def _string_option_changes(
     call: cst.Call, keyword: str, options: tuple[str, ...], kind: str, where: str
 ) -> Iterator[_Change]:
-    present = _keyword_value(call, keyword)
+    present = keyword_value(call, keyword)
     current = _string_literal(present)
     if present is not None and current is None:
         return  # set by an expression: not ours to change
@@ -652,9 +646,9 @@ def _math_changes(kernel: KernelDef) -> Iterator[_Change]:
 
 def _dot_precision_changes(kernel: KernelDef) -> Iterator[_Change]:
     for call in kernel.dots:
-        if _keyword_value(call, "allow_tf32") is not None:
+        if keyword_value(call, "allow_tf32") is not None:
             continue  # the older spelling; setting both is an error
-        present = _keyword_value(call, "input_precision")
+        present = keyword_value(call, "input_precision")
         current = _string_literal(present)
         if present is not None and current is None:
             continue

@@ -319,11 +319,11 @@ def _pick_edit(
             edits_by_parent[parent_id] = []
         listed[parent_id] = len(edits_by_parent[parent_id])
     remaining = edits_by_parent[parent_id]
+    grow = _wants_bigger_tiles(plan.parent.verdict)
     while remaining:
         pool = [e for e in remaining if e.safer] if plan.safer else remaining
         pool = pool or remaining
         kinds = [kind for kind in EDIT_KINDS if any(e.kind == kind for e in pool)]
-        grow = _wants_bigger_tiles(plan.parent.verdict)
         # Far below the compute roofline, the kernel's structure is what is wrong: the config jump and the
         # TMA loads are tried before any other kind the bandit has not tried yet (after that, measured gains
         # decide as for every kind).

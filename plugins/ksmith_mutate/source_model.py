@@ -84,6 +84,14 @@ class SourceModel:
         return self.kernels.get(site.kernel)
 
 
+def keyword_value(call: cst.Call, name: str) -> cst.BaseExpression | None:
+    """The value passed for keyword ``name`` in ``call``, or ``None``."""
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == name:
+            return arg.value
+    return None
+
+
 def dotted_name(node: cst.BaseExpression) -> str:
     """``tl.load`` for ``Attribute(Name("tl"), "load")``; "" for anything that is not a dotted name."""
     if isinstance(node, cst.Name):

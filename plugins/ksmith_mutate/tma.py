@@ -29,7 +29,14 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from ksmith_mutate.source_model import KernelDef, LaunchSite, SourceModel, dotted_name, is_tl_call
+from ksmith_mutate.source_model import (
+    KernelDef,
+    LaunchSite,
+    SourceModel,
+    dotted_name,
+    is_tl_call,
+    keyword_value,
+)
 
 ALLOCATOR_SOURCE = """
 
@@ -175,10 +182,6 @@ def _mask_extents(
     return {}
 
 
-def _keyword(call: cst.Call, name: str) -> cst.BaseExpression | None:
-    return next((a.value for a in call.args if a.keyword is not None and a.keyword.value == name), None)
-
-
 def _loop_range(loop: cst.For) -> tuple[str, str, bool] | None:
     """``for k in range(0, K, BLOCK_K)`` -> (k, BLOCK_K, False): ``k`` counts elements;
     ``for k in range(0, tl.cdiv(K, BLOCK_K))`` -> (k, BLOCK_K, True): ``k`` counts tiles."""
@@ -287,7 +290,7 @@ def _operands(kernel: KernelDef) -> tuple[cst.For, list[_Operand]] | None:
             moving = "cols"
         else:
             continue
-        mask = _keyword(call, "mask")
+        mask = keyword_value(call, "mask")
         extents = _mask_extents(mask, loop_var, loop_locals) if mask is not None else {}
         if row_offs not in extents or col_offs not in extents:
             continue  # nothing says how large the operand is
@@ -392,7 +395,7 @@ def _rewrite_kernel(kernel: KernelDef, loop: cst.For, operands: list[_Operand]) 
 
 def _launch_argument(site: LaunchSite, kernel: KernelDef, param: str) -> cst.BaseExpression | None:
     """The expression the launch passes for kernel parameter ``param``."""
-    keyword = _keyword(site.call, param)
+    keyword = keyword_value(site.call, param)
     if keyword is not None:
         return keyword
     positional = [a for a in site.call.args if a.keyword is None and a.star == ""]
