@@ -163,15 +163,24 @@ class Executor:
 class Platform:
     """A kind of accelerator: how to detect it and the facts that differ between platforms.
 
-    ``detect() -> bool`` says whether this machine has it; ``facts() -> dict`` gives what backends,
-    proposers and the roofline read from it (device name, warp size, limits on ``num_warps``). Platforms
-    are looked up by name like every other capability; detection order is the registration order.
+    Both callables read a :class:`~ksmith_core.platform.PlatformSignals`, gathered from the machine once
+    (:func:`ksmith_core.platform.gather_signals`), so a platform is tested by handing it made-up signals.
+
+    ``detect(signals) -> int | None`` says how surely this machine is this platform: ``1`` when Triton's
+    active driver names its backend, ``2`` from a vendor's version string, ``3`` from its toolchain or device
+    files on disk, ``4`` from the device's name, ``None`` when nothing says so. The surest platform wins; a
+    tie goes to the one registered first. ``facts(signals) -> PlatformFacts`` gives what backends, proposers
+    and the roofline read (device name, warp size, ``num_warps`` and ``num_stages`` limits, shared memory,
+    extra Triton launch options, datasheet peaks, the compiler for native sources); a plain mapping of those
+    fields is accepted too. ``aliases`` are other names it answers to, such as its Triton backend's name
+    (``ksmith doctor --backend maca``).
     """
 
     name: str
-    detect: Callable[[], bool]
-    facts: Callable[[], Mapping[str, Any]] = field(default=lambda: {})
+    detect: Callable[[Any], int | None]
+    facts: Callable[[Any], Any] = field(default=lambda signals: {})
     description: str = ""
+    aliases: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

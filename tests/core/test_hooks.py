@@ -194,15 +194,31 @@ def test_hook_ksmith_register_exporters(toy_plugin, register_plugin, toy_problem
         export_from_run(str(tmp_path / "run"), "nope", tmp_path / "x")
 
 
-def test_hook_ksmith_register_platforms(register_plugin):
+def test_hook_ksmith_register_platforms(register_plugin, monkeypatch):
+    from ksmith_core.platform import PlatformSignals, detect_platform, platform_facts
+
     class Board:
         @hookimpl
         def ksmith_register_platforms(self, register):
-            register(Platform("test-board", lambda: True, lambda: {"warp_size": 64}))
+            register(
+                Platform(
+                    "test-board",
+                    lambda signals: 1 if signals.triton_backend == "board" else None,
+                    lambda signals: {"warp_size": 64, "num_warps": [1, 2, 4]},
+                    aliases=("board",),
+                )
+            )
 
     register_plugin(Board(), "board")
+    monkeypatch.delenv("KSMITH_PLATFORM", raising=False)
     board = lookup(Platform, "test-board")
-    assert board.detect() and board.facts()["warp_size"] == 64
+    signals = PlatformSignals(triton_backend="board")
+    assert board.detect(signals) == 1
+    assert detect_platform(signals) is board
+    facts = platform_facts(signals=signals)
+    assert facts.platform == "test-board" and facts.warp_size == 64 and facts.max_num_warps == 4
+    monkeypatch.setenv("KSMITH_PLATFORM", "board")  # by alias, with no signal at all
+    assert detect_platform(PlatformSignals()) is board
 
 
 def test_hook_ksmith_register_seed_methods(toy_plugin, register_plugin, toy_problem, tmp_path):
