@@ -37,6 +37,17 @@ def default_device() -> str:
         return "cpu"
 
 
+def platform_summary() -> dict[str, Any]:
+    """The detected platform's few facts for manifests and prompts (``{}`` when none is detected)."""
+    try:
+        from ksmith_core.platform import platform_facts
+
+        facts = platform_facts()
+    except Exception:  # noqa: BLE001 - no platform plugin, or a broken one: the facts go without
+        return {}
+    return facts.summary() if facts is not None else {}
+
+
 @cache
 def device_facts(device: str) -> dict[str, Any]:
     facts: dict[str, Any] = {"device": device, "machine": platform.machine(), "platform": sys.platform}
@@ -51,6 +62,7 @@ def device_facts(device: str) -> dict[str, Any]:
             memory_gib=round(props.total_memory / 2**30, 1),
             cuda=torch.version.cuda,
         )
+        facts.update(platform_summary())
     else:
         facts["name"] = f"cpu ({platform.processor() or platform.machine()}), Triton interpreter"
     return facts

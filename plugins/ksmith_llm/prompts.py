@@ -44,10 +44,26 @@ One line saying what the kernel does, then the complete module in a single ```py
 @triton.jit kernel(s) and class ModelNew. Nothing after the block."""
 
 
+# What the platform seam adds to a run's hardware facts (ksmith_core.platform.PlatformFacts.summary): said in
+# sentences below rather than listed.
+PLATFORM_KEYS = (
+    "accelerator",
+    "vendor",
+    "triton_backend",
+    "warp_size",
+    "max_num_warps",
+    "launch_options",
+    "verified",
+)
+
+
 def hardware_text(hardware: Mapping[str, Any], device: str) -> str:
-    """The hardware facts for the prompt: GPU name and measured ceilings, or the CPU interpreter."""
+    """The hardware facts for the prompt: GPU name, its platform's limits and options, measured ceilings; or
+    the CPU interpreter."""
     facts = [
-        f"- {key.replace('_', ' ')}: {value}" for key, value in hardware.items() if value not in (None, "")
+        f"- {key.replace('_', ' ')}: {value}"
+        for key, value in hardware.items()
+        if value not in (None, "") and key not in PLATFORM_KEYS
     ]
     if device == "cpu":
         head = (
@@ -55,8 +71,28 @@ def hardware_text(hardware: Mapping[str, Any], device: str) -> str:
             "correctness is what counts here; timings are not GPU timings."
         )
     else:
-        head = f"NVIDIA GPU ({hardware.get('name', 'CUDA device')})."
+        head = f"{hardware.get('vendor') or 'NVIDIA'} GPU ({hardware.get('name', 'CUDA device')})."
+        facts += platform_lines(hardware)
     return "\n".join([head, *facts])
+
+
+def platform_lines(hardware: Mapping[str, Any]) -> list[str]:
+    """The platform's limits and extra options (MetaX: 64-lane warps, num_warps up to 16, pipeline and
+    scenario), from the run's hardware facts."""
+    lines = []
+    warp, most = hardware.get("warp_size"), hardware.get("max_num_warps")
+    if warp and most:
+        lines.append(f"- a warp is {warp} threads here; num_warps may be at most {most} (a power of two)")
+    options = hardware.get("launch_options") or {}
+    if options:
+        listed = "; ".join(
+            f"{name}= one of {', '.join(repr(v) for v in values)}" for name, values in options.items()
+        )
+        lines.append(
+            f"- Triton here (backend {hardware.get('triton_backend', '?')}) also takes these compile options as "
+            f"launch keyword arguments or triton.Config kwargs: {listed}. Upstream Triton rejects them."
+        )
+    return lines
 
 
 def rules_text(problem: Problem) -> str:

@@ -8,14 +8,22 @@ the proposer learns from.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import functools
+import os
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import libcst as cst
 
 from ksmith_core.errors import CandidateError
-from ksmith_mutate.gemm_configs import TMA_CONFIGS, fits_shared_memory, gemm_config_changes, tile_names
+from ksmith_mutate.gemm_configs import (
+    SHARED_MEMORY_BYTES,
+    TMA_CONFIGS,
+    fits_shared_memory,
+    gemm_config_changes,
+    tile_names,
+)
 from ksmith_mutate.source_model import (
     DOT_AXIS,
     GROUP_NAMES,
@@ -45,6 +53,7 @@ EDIT_KINDS = (
     "cache_modifier",
     "math",
     "dot_precision",
+    "launch_option",
 )
 
 NUM_WARPS_LADDER = (1, 2, 4, 8, 16, 32)
@@ -65,6 +74,49 @@ LOAD_CACHE_MODIFIERS = (".cg", ".ca")
 DOT_PRECISIONS = ("tf32", "ieee", "tf32x3")
 LOG2_E = "1.4426950408889634"
 LN_2 = "0.6931471805599453"
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What the platform the kernels are tuned for allows (``ksmith_core.platform``): the ``num_warps`` a
+    launch may use, the ``num_stages`` range, shared memory per block (``None``: not known, no filter),
+    extra Triton launch options worth proposing (MetaX's ``pipeline`` and ``scenario``; none on NVIDIA,
+    whose Triton rejects unknown options) and features (``"tma"``: tensor-descriptor loads compile)."""
+
+    num_warps: tuple[int, ...] = NUM_WARPS_LADDER
+    num_stages: tuple[int, int] = NUM_STAGES_RANGE
+    shared_memory_bytes: int | None = SHARED_MEMORY_BYTES
+    launch_options: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    features: frozenset[str] = frozenset({"tma"})
+    platform: str = "nvidia"
+
+    @classmethod
+    def from_platform(cls, facts: Any) -> Limits:
+        return cls(
+            num_warps=tuple(sorted(facts.num_warps)),
+            num_stages=tuple(facts.num_stages),  # type: ignore[arg-type]
+            shared_memory_bytes=facts.shared_memory_bytes,
+            launch_options=dict(facts.launch_options),
+            features=frozenset(facts.features),
+            platform=facts.platform,
+        )
+
+
+def platform_limits() -> Limits:
+    """The limits of the platform this process tunes for (detected, or ``KSMITH_PLATFORM``); NVIDIA's where
+    none is detected (a CPU machine: Triton's interpreter, kernels meant for NVIDIA GPUs first)."""
+    return _platform_limits(os.environ.get("KSMITH_PLATFORM", ""))
+
+
+@functools.lru_cache(maxsize=8)
+def _platform_limits(forced: str) -> Limits:
+    from ksmith_core.platform import tuning_facts
+
+    try:
+        facts = tuning_facts()
+    except Exception:  # noqa: BLE001 - an unknown KSMITH_PLATFORM or a broken platform plugin: the defaults
+        facts = None
+    return Limits.from_platform(facts) if facts is not None else Limits()
 
 
 class Edit:
@@ -139,19 +191,25 @@ class _ReplaceNodes(cst.CSTTransformer):
         return updated_node
 
 
-def possible_edits(source: str, kinds: tuple[str, ...] | None = None) -> list[Edit]:
-    """Every single edit that applies to ``source`` (restricted to ``kinds`` when given), in a fixed order."""
+def possible_edits(
+    source: str, kinds: tuple[str, ...] | None = None, limits: Limits | None = None
+) -> list[Edit]:
+    """Every single edit that applies to ``source`` (restricted to ``kinds`` when given), in a fixed order,
+    within the platform's ``limits`` (default: :func:`platform_limits`)."""
+    limits = limits or platform_limits()
     model = parse(source)
     wanted = set(kinds or EDIT_KINDS)
     edits = [
         Edit(change.kind, change.description, _renderer(model.module, change), change.safer, change.detail)
-        for change in _all_changes(model)
+        for change in _all_changes(model, limits)
         if change.kind in wanted
     ]
-    return edits + [v for e in edits if e.kind == "tma_loads" for v in _tma_with_large_tiles(model, e)]
+    return edits + [
+        v for e in edits if e.kind == "tma_loads" for v in _tma_with_large_tiles(model, e, limits)
+    ]
 
 
-def _tma_with_large_tiles(model: SourceModel, tma: Edit) -> list[Edit]:
+def _tma_with_large_tiles(model: SourceModel, tma: Edit, limits: Limits) -> list[Edit]:
     """TMA loads pay off with large tiles (and lose on small ones): the rewrite at each of Inductor's large
     configurations too, so one evaluation can judge the structure at a tile that suits it."""
     sites = [s for s in model.launches if (k := model.kernel_for(s)) is not None and k.uses_dot]
@@ -167,9 +225,16 @@ def _tma_with_large_tiles(model: SourceModel, tma: Edit) -> list[Edit]:
         if (config.block_m, config.block_n, config.block_k) == current:
             continue
 
+        if config.num_warps not in limits.num_warps or not fits_shared_memory(
+            config.block_m, config.block_n, config.block_k, config.num_stages, limits.shared_memory_bytes
+        ):
+            continue
+
         def render(config=config) -> str:
             (sized,) = [
-                e for e in possible_edits(tma.source, ("gemm_config",)) if tuple(e.detail["config"]) == config
+                e
+                for e in possible_edits(tma.source, ("gemm_config",), limits)
+                if tuple(e.detail["config"]) == config
             ]
             return sized.source
 
@@ -183,11 +248,12 @@ def _renderer(module: cst.Module, change: _Change) -> Callable[[], str]:
     return lambda: module.visit(_ReplaceNodes(change.replacements)).code
 
 
-def _all_changes(model: SourceModel) -> Iterator[_Change]:
-    for description, pairs in tma_change(model):
-        yield _change("tma_loads", description, pairs, detail={"direction": "up"})
+def _all_changes(model: SourceModel, limits: Limits) -> Iterator[_Change]:
+    if "tma" in limits.features:
+        for description, pairs in tma_change(model):
+            yield _change("tma_loads", description, pairs, detail={"direction": "up"})
     for site in model.launches:
-        yield from _launch_changes(model, site)
+        yield from _launch_changes(model, site, limits)
     for kernel in model.kernels.values():
         yield from _hint_changes(kernel)
         yield from _math_changes(kernel)
@@ -266,7 +332,8 @@ def _is_power_of_two(value: int) -> bool:
 
 def _neighbours(value: int, ladder: tuple[int, ...]) -> list[int]:
     if value not in ladder:
-        return []
+        # Past the platform's top (num_warps 32 where MetaX takes 16): down to the top, the one fix there is.
+        return [ladder[-1]] if ladder and value > ladder[-1] else []
     i = ladder.index(value)
     return [ladder[j] for j in (i - 1, i + 1) if 0 <= j < len(ladder)]
 
@@ -333,18 +400,18 @@ def _set_launch_int(
     return pairs
 
 
-def _launch_changes(model: SourceModel, site: LaunchSite) -> Iterator[_Change]:
+def _launch_changes(model: SourceModel, site: LaunchSite, limits: Limits) -> Iterator[_Change]:
     kernel = model.kernel_for(site)
     literals = site.literal_ints()
     uses_dot = kernel.uses_dot if kernel is not None else any(DOT_AXIS.match(n) for n in literals)
     label = _site_label(model, site)
     block_names = [n for n in literals if is_block_name(n)]
     if uses_dot and (kernel is None or not kernel.autotuned):
-        yield from _gemm_config_changes(site, label, literals)
+        yield from _gemm_config_changes(site, label, literals, limits)
 
     for name, old in literals.items():
         if is_block_name(name):
-            yield from _block_changes(site, label, name, old, literals, block_names, uses_dot)
+            yield from _block_changes(site, label, name, old, literals, block_names, uses_dot, limits)
         elif name in GROUP_NAMES:
             for new in _neighbours(old, GROUP_M_LADDER):
                 pairs = _set_launch_int(site, name, old, new, [])
@@ -373,19 +440,20 @@ def _launch_changes(model: SourceModel, site: LaunchSite) -> Iterator[_Change]:
     if (may_add and keyword_value(site.call, "num_warps") is None) or warps is not None:
         current = warps if warps is not None else TRITON_DEFAULT_NUM_WARPS
         shown = str(warps) if warps is not None else f"(default {current})"
-        for new in _neighbours(current, NUM_WARPS_LADDER):
+        for new in _neighbours(current, limits.num_warps):
             pairs = _set_launch_int(site, "num_warps", warps, new, [])
             yield _change(
                 "num_warps",
                 f"num_warps {shown} -> {new} in {label}",
                 pairs,
                 detail=_d("num_warps", current, new),
+                safer=new < current and current not in limits.num_warps,
             )
     stages = literals.get("num_stages")
     if (may_add and keyword_value(site.call, "num_stages") is None) or stages is not None:
         current = stages if stages is not None else TRITON_DEFAULT_NUM_STAGES
         shown = str(stages) if stages is not None else f"(default {current})"
-        low, high = NUM_STAGES_RANGE
+        low, high = limits.num_stages
         for new in (current - 1, current + 1):
             if low <= new <= high:
                 pairs = _set_launch_int(site, "num_stages", stages, new, [])
@@ -396,9 +464,20 @@ def _launch_changes(model: SourceModel, site: LaunchSite) -> Iterator[_Change]:
                     safer=new < current,
                     detail=_d("num_stages", current, new),
                 )
+    if may_add:
+        yield from _launch_option_changes(site, label, limits)
 
 
-def _gemm_config_changes(site: LaunchSite, label: str, literals: dict[str, int]) -> Iterator[_Change]:
+def _launch_option_changes(site: LaunchSite, label: str, limits: Limits) -> Iterator[_Change]:
+    """The platform's extra launch options (MetaX: ``pipeline``, ``scenario``) set, changed or removed at a
+    plain kernel's launch; an autotuned kernel's configurations are its own."""
+    for name, values in limits.launch_options.items():
+        yield from _string_option_changes(site.call, name, values, "launch_option", label)
+
+
+def _gemm_config_changes(
+    site: LaunchSite, label: str, literals: dict[str, int], limits: Limits
+) -> Iterator[_Change]:
     names = tile_names(literals)
     if names is None:
         return
@@ -406,7 +485,9 @@ def _gemm_config_changes(site: LaunchSite, label: str, literals: dict[str, int])
     if any(grid_literals is None for _, grid_literals in couplings.values()):
         return  # a tile size whose grid coupling is ambiguous is never edited
     grid_literals = {name: lits for name, (_, lits) in couplings.items() if lits}
-    for config, pairs, shrinks in gemm_config_changes(site, literals, grid_literals, MAX_DOT_ACCUMULATOR):
+    for config, pairs, shrinks in gemm_config_changes(
+        site, literals, grid_literals, MAX_DOT_ACCUMULATOR, limits.shared_memory_bytes, limits.num_warps
+    ):
         yield _change(
             "gemm_config",
             f"GEMM config -> {config.label()} (Inductor's mm template) in {label}",
@@ -428,6 +509,7 @@ def _block_changes(
     literals: dict[str, int],
     block_names: list[str],
     uses_dot: bool,
+    limits: Limits,
 ) -> Iterator[_Change]:
     if not _is_power_of_two(old):
         return
@@ -450,7 +532,11 @@ def _block_changes(
                 continue
             k = next((v for n, v in tile.items() if n.endswith("K")), None)
             stages = literals.get("num_stages", TRITON_DEFAULT_NUM_STAGES)
-            if k is not None and new > old and not fits_shared_memory(m, n_, k, stages):
+            if (
+                k is not None
+                and new > old
+                and not fits_shared_memory(m, n_, k, stages, limits.shared_memory_bytes)
+            ):
                 continue  # grows past shared memory: would not compile
         elif len(block_names) > 1:
             product = 1

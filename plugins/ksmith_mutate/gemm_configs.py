@@ -29,9 +29,18 @@ SHARED_MEMORY_BYTES = 227 * 1024
 MIN_ELEMENT_BYTES = 2
 
 
-def fits_shared_memory(block_m: int, block_n: int, block_k: int, stages: int) -> bool:
-    """Whether ``stages`` buffers of a ``block_m x block_k`` and a ``block_k x block_n`` tile fit in shared memory."""
-    return max(stages, 1) * (block_m * block_k + block_k * block_n) * MIN_ELEMENT_BYTES <= SHARED_MEMORY_BYTES
+def fits_shared_memory(
+    block_m: int,
+    block_n: int,
+    block_k: int,
+    stages: int,
+    shared_memory_bytes: int | None = SHARED_MEMORY_BYTES,
+) -> bool:
+    """Whether ``stages`` buffers of a ``block_m x block_k`` and a ``block_k x block_n`` tile fit in shared memory
+    (``shared_memory_bytes`` per block, the platform's; ``None``, not known: anything fits)."""
+    if shared_memory_bytes is None:
+        return True
+    return max(stages, 1) * (block_m * block_k + block_k * block_n) * MIN_ELEMENT_BYTES <= shared_memory_bytes
 
 
 class GemmConfig(NamedTuple):
@@ -115,8 +124,13 @@ def gemm_config_changes(
     literals: dict[str, int],
     grid_literals: dict[str, list[cst.Integer]],
     max_accumulator: int,
+    shared_memory_bytes: int | None = SHARED_MEMORY_BYTES,
+    num_warps: tuple[int, ...] | None = None,
 ) -> Iterator[tuple[GemmConfig, list[tuple[cst.CSTNode, cst.CSTNode]], bool]]:
     """Every Inductor config other than the current one, as node replacements for one launch site.
+
+    Configurations the platform cannot compile are left out: tiles past ``shared_memory_bytes``, and a
+    ``num_warps`` outside the platform's ``num_warps`` (MetaX takes at most 16).
 
     ``grid_literals`` maps each tile keyword to the ``cdiv`` literals of the grid that follow it (from the
     grid-coupling scan); the launch call is rebuilt with every keyword set, and each grid literal outside the
@@ -136,7 +150,11 @@ def gemm_config_changes(
     for config in inductor_gemm_configs():
         if config.block_m * config.block_n > max_accumulator:
             continue
-        if not fits_shared_memory(config.block_m, config.block_n, config.block_k, config.num_stages):
+        if not fits_shared_memory(
+            config.block_m, config.block_n, config.block_k, config.num_stages, shared_memory_bytes
+        ):
+            continue
+        if num_warps is not None and config.num_warps not in num_warps:
             continue
         wanted = {
             names["M"]: config.block_m,

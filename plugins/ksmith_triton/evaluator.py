@@ -60,7 +60,12 @@ from ksmith_triton.locks import (
 )
 from ksmith_triton.pool import POOL, discard
 from ksmith_triton.refcache import ReferenceCache
-from ksmith_triton.roofline import roofline_bound, roofline_fraction
+from ksmith_triton.roofline import (
+    ceilings_within_peaks,
+    platform_peaks,
+    roofline_bound,
+    roofline_fraction,
+)
 from ksmith_triton.sandbox import Child, ChildExit, private_dir, remove_tree
 from ksmith_triton.timing import FRESH_SHARE, Schedule
 
@@ -882,7 +887,10 @@ class Evaluation:
         fraction = None
         if "ceilings" in reference and meta:
             bytes_moved = meta.get("input_bytes", 0) + meta.get("output_bytes", 0)
-            ceilings = reference["ceilings"]
+            peaks = platform_peaks()
+            ceilings = ceilings_within_peaks(reference["ceilings"], peaks)
+            if peaks:
+                self.details["roofline"] = {"platform": peaks.get("platform"), "ceilings": ceilings}
             fraction = roofline_fraction(runtime.median_ms, bytes_moved, meta.get("flops", 0.0), ceilings)
             # Which floor binds tells a bench whether a problem counts as memory- or compute-bound.
             self.roofline_bound = roofline_bound(

@@ -1,10 +1,13 @@
 """The roofline floor: the least time the hardware needs to move a problem's bytes and do its FLOPs.
 
 Bytes moved are the inputs read once plus the outputs written once; FLOPs come from the problem's optional
-``ksmith_flops(*inputs)``. Ceilings are measured on the GPU itself (a large copy, a large bf16 matmul).
+``ksmith_flops(*inputs)``. Ceilings are measured on the GPU itself (a large copy, a large bf16 matmul) and
+bounded by the platform's datasheet peaks where the platform knows them (:func:`ceilings_within_peaks`).
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 
 def floor_ms(bytes_moved: float, flops: float, bandwidth_bytes_s: float, flops_s: float) -> float:
@@ -32,3 +35,34 @@ def roofline_fraction(
         return None
     floor = floor_ms(bytes_moved, flops, ceilings.get("bandwidth_bytes_s", 0.0), ceilings.get("flops_s", 0.0))
     return floor / runtime_ms if floor > 0 else None
+
+
+CEILING_PEAKS = {"bandwidth_bytes_s": "peak_bandwidth_bytes_s", "flops_s": "peak_flops_s"}
+
+
+def platform_peaks() -> dict[str, Any]:
+    """The detected platform's name and datasheet peaks (``ksmith_core.platform``); ``{}`` when none is known."""
+    try:
+        from ksmith_core.platform import platform_facts
+
+        facts = platform_facts()
+    except Exception:  # noqa: BLE001 - no platform plugin, or a broken one: measured ceilings alone
+        return {}
+    if facts is None:
+        return {}
+    peaks = {key: getattr(facts, attr) for key, attr in CEILING_PEAKS.items() if getattr(facts, attr)}
+    return {"platform": facts.platform, "device_name": facts.device_name, **peaks}
+
+
+def ceilings_within_peaks(measured: dict[str, float], peaks: dict[str, Any]) -> dict[str, float]:
+    """The ceilings the roofline divides by: each measured one (a device-to-device copy, a large bf16
+    matmul), bounded by the platform's datasheet peak where it knows one -- a measurement above the datasheet
+    is an artefact (a cache hit, a clock misread) and would make every kernel look farther from its roofline
+    than it is -- and the peak itself where nothing was measured."""
+    out = dict(measured)
+    for key in CEILING_PEAKS:
+        peak = peaks.get(key)
+        value = measured.get(key) or 0.0
+        if peak and (value <= 0 or value > peak):
+            out[key] = float(peak)
+    return out

@@ -66,6 +66,30 @@ def test_gpu_facts_and_allowed_ops_reach_the_prompt(tmp_path):
     assert "aten.mm" in text and "No torch computation" not in text
 
 
+def test_platform_facts_reach_the_prompt(tmp_path):
+    """A MetaX run's hardware facts (ksmith_core.platform summary): 64-lane warps, the num_warps cap and the
+    MACA-only options are said in words; an NVIDIA run's say nothing of those options."""
+    from ksmith_core.platform import PlatformSignals, platform_facts
+
+    run = vector_add_run(tmp_path / "run")
+    scored, _ = run.add(seed_candidate(), _ok(1.0))
+    for backend, name in (("maca", "MetaX C500"), ("cuda", "NVIDIA H100 80GB HBM3")):
+        facts = platform_facts(signals=PlatformSignals(triton_backend=backend, device_name=name))
+        hardware = {"name": name, **facts.summary()}
+        text = prompts.improve_messages(
+            run.problem, Selection(parents=(scored,)), scored, None, hardware, "cuda"
+        )
+        text = text[1]["content"]
+        if backend == "maca":
+            assert "MetaX GPU (MetaX C500)" in text
+            assert "a warp is 64 threads here; num_warps may be at most 16" in text
+            assert "pipeline= one of 'basic', 'cpasync'" in text and "scenario=" in text
+        else:
+            assert "NVIDIA GPU (NVIDIA H100 80GB HBM3)" in text
+            assert "a warp is 32 threads here; num_warps may be at most 32" in text
+            assert "pipeline" not in text and "launch options" not in text
+
+
 def test_seed_prompt_asks_for_a_whole_module(tmp_path):
     run = vector_add_run(tmp_path / "run")
     text = prompts.seed_messages(run.problem, {}, "cpu")[1]["content"]

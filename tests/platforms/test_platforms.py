@@ -152,3 +152,13 @@ def test_this_machine_is_read_without_a_device():
     assert signals.torch_version
     if not signals.gpu_available:
         assert signals.triton_backend is None and signals.device_name is None
+
+
+def test_the_roofline_bounds_measured_ceilings_by_the_platform_peaks():
+    from ksmith_triton.roofline import ceilings_within_peaks
+
+    peaks = {"bandwidth_bytes_s": 3.35e12, "flops_s": 989e12}
+    measured = {"bandwidth_bytes_s": 2.9e12, "flops_s": 1.5e15}  # a matmul "faster" than the datasheet
+    assert ceilings_within_peaks(measured, peaks) == {"bandwidth_bytes_s": 2.9e12, "flops_s": 989e12}
+    assert ceilings_within_peaks({}, peaks) == peaks  # nothing measured: the datasheet
+    assert ceilings_within_peaks(measured, {}) == measured  # no peaks known (MetaX): as measured
