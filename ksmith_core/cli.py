@@ -17,6 +17,7 @@ import click
 
 from ksmith_core import __version__
 from ksmith_core.clitools import (
+    backend_option,
     capability_options,
     console,
     device_options,
@@ -55,20 +56,21 @@ def cli(verbose: int) -> None:
 @click.argument("problem")
 @click.argument("candidate", type=click.Path(dir_okay=False, path_type=Path))
 @device_options
+@backend_option
 @click.option(
     "--trials", type=int, default=None, help="Correctness trials, each with fresh seeds (default 5)."
 )
 @click.option("--timing-trials", type=int, default=None, help="Timed runs on the GPU (default 100).")
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object on stdout.")
-def eval_cmd(problem, candidate, device, timeout, small, trials, timing_trials, as_json):
+def eval_cmd(problem, candidate, device, timeout, small, backend, trials, timing_trials, as_json):
     """Judge CANDIDATE (a module defining ModelNew) against PROBLEM (a KernelBench file or a problem name).
 
     Exit code 0 whenever a verdict was reached, failing ones included; 2 for unusable input.
     """
     from ksmith_core.engine import evaluate
-    from ksmith_core.loading import load_candidate, resolve_problem
+    from ksmith_core.loading import load_candidate, resolve_problem, with_backend
 
-    prob = resolve_problem(problem)
+    prob = with_backend(resolve_problem(problem), backend)
     cand = load_candidate(candidate)
     options = eval_options(device, timeout, trials, timing_trials, small)
     verdict = evaluate(prob, cand, options)
@@ -130,6 +132,7 @@ def eval_cmd(problem, candidate, device, timeout, small, trials, timing_trials, 
     help="No seed kernel? Write one first: llm, vllm or inductor (see `ksmith seed`).",
 )
 @device_options
+@backend_option
 @click.option("--json", "as_json", is_flag=True, help="Print the run summary as JSON at the end.")
 def evolve(
     problem,
@@ -150,13 +153,14 @@ def evolve(
     device,
     timeout,
     small,
+    backend,
     as_json,
     **capability_values,
 ):
     """Evolve a faster kernel for PROBLEM, starting from --seed or the seed shipped with the problem."""
     from ksmith_core.capabilities import SeedMethod
     from ksmith_core.engine import Engine, executor_for, proposer_for
-    from ksmith_core.loading import resolve_problem
+    from ksmith_core.loading import resolve_problem, with_backend
     from ksmith_core.planning import choose_seed, resume_overrides
     from ksmith_core.progress import EvolveProgress
     from ksmith_core.registry import lookup
@@ -174,6 +178,7 @@ def evolve(
             "parallel": parallel,
             "executor": executor,
             "seed": search_seed,
+            "backend": backend,
         }.items()
         if v is not None
     }
@@ -199,7 +204,7 @@ def evolve(
     else:
         if not problem:
             raise ConfigError("give a PROBLEM (a file or an installed problem name), or --resume RUN")
-        prob = resolve_problem(problem)
+        prob = with_backend(resolve_problem(problem), backend)
         options = eval_options(device, timeout, None, None, small)
         proposer_options = capability_options(proposer_for(proposer), capability_values)
         executor_options = capability_options(executor_for(executor), capability_values)

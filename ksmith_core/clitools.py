@@ -72,6 +72,16 @@ def eval_options(
     return EvalOptions(**kwargs)
 
 
+def backend_option(fn):
+    """``--backend NAME``: judge with this backend whatever the problem's ``KSMITH_BACKEND`` says."""
+    return click.option(
+        "--backend",
+        default=None,
+        metavar="NAME",
+        help="Backend that judges candidates (triton, cuda, ...), overriding the problem's KSMITH_BACKEND.",
+    )(fn)
+
+
 def device_options(fn):
     """``--device``, ``--timeout`` and ``--small/--full``."""
     fn = click.option(

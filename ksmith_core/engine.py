@@ -28,7 +28,7 @@ from ksmith_core.capabilities import Backend, EvalJob, Executor, Proposer, Selec
 from ksmith_core.environment import device_facts, versions
 from ksmith_core.errors import ConfigError, PluginError, RunStoreError
 from ksmith_core.feedback import feedback_for
-from ksmith_core.loading import load_problem
+from ksmith_core.loading import load_problem, with_backend
 from ksmith_core.model import Candidate, EvalOptions, Problem, Proposal, Scored, Selection, Verdict
 from ksmith_core.novelty import fingerprint
 from ksmith_core.registry import lookup, registry
@@ -132,6 +132,7 @@ class Engine:
         run_dir: Path | None = None,
         on_event: ProgressCallback | None = None,
     ) -> Engine:
+        problem = with_backend(problem, config.backend)
         config = resolved_config(problem, config)
         run_dir = run_dir or new_run_dir(problem)
         manifest = {
@@ -150,7 +151,7 @@ class Engine:
         }
         store = RunStore.create(run_dir, problem.source, meta, manifest)
         (run_dir / "seed.py").write_text(seed.source, encoding="utf-8")
-        run = Run(_problem_in_run(problem, store), config, store)
+        run = Run(with_backend(_problem_in_run(problem, store), config.backend), config, store)
         return cls(run, on_event)
 
     @classmethod
@@ -169,8 +170,8 @@ class Engine:
         except ConfigError:
             store.close()
             raise
-        problem = load_problem(store.problem_path, name=meta.get("problem"))
         try:
+            problem = with_backend(load_problem(store.problem_path, name=meta.get("problem")), config.backend)
             config = resolved_config(problem, config)
         except PluginError:
             store.close()

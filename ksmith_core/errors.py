@@ -33,3 +33,7 @@ class ConfigError(KsmithError):
 
 class ProposerError(KsmithError):
     """A proposer cannot work at all (server unreachable, missing extra), as opposed to one bad proposal."""
+
+
+class BackendUnavailable(KsmithError):
+    """A backend cannot run on this machine: no GPU, or a compiler or build tool it needs is missing."""

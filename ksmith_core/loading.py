@@ -143,9 +143,14 @@ def load_candidate(path: str | Path, **kwargs: Any) -> Candidate:
 
 
 def seed_path_for(problem: Problem) -> Path | None:
-    """The seed kernel shipped beside a problem (``NAME.seed.py``), if any."""
-    candidate = problem.path.with_name(problem.path.name.removesuffix(".py") + SEED_SUFFIX)
-    return candidate if candidate.is_file() else None
+    """The seed kernel shipped beside a problem, if any: ``NAME.BACKEND.seed.py`` for the backend that judges
+    it (``relu.cuda.seed.py`` under ``--backend cuda``), else ``NAME.seed.py``."""
+    stem = problem.path.name.removesuffix(".py")
+    for name in (f"{stem}.{problem.backend}{SEED_SUFFIX}", f"{stem}{SEED_SUFFIX}"):
+        candidate = problem.path.with_name(name)
+        if candidate.is_file():
+            return candidate
+    return None
 
 
 def problem_files(directory: Path) -> list[Path]:
@@ -170,6 +175,20 @@ def suite_problem_files() -> list[tuple[str, Path]]:
         for suite in sorted(registry().all(ProblemSuite), key=lambda s: s.name)
         for path in problem_files(suite.directory)
     ]
+
+
+def with_backend(problem: Problem, backend: str | None) -> Problem:
+    """``problem`` judged by ``backend`` instead of its ``KSMITH_BACKEND`` (``--backend``); an unknown name is
+    one line listing the registered backends. ``None`` leaves it as it is."""
+    if not backend or backend == problem.backend:
+        return problem
+    from dataclasses import replace
+
+    from ksmith_core.capabilities import Backend
+    from ksmith_core.registry import lookup
+
+    lookup(Backend, backend)
+    return replace(problem, backend=backend)
 
 
 def resolve_problem(spec: str) -> Problem:

@@ -38,6 +38,7 @@ class RunConfig:
     revalidate_best: bool = True
     eval: EvalOptions = field(default_factory=EvalOptions)
     proposer_options: dict[str, Any] = field(default_factory=dict)  # e.g. llm base URL and model, never keys
+    backend: str | None = None  # judge with this backend instead of the problem's KSMITH_BACKEND (--backend)
 
     def __post_init__(self) -> None:
         if self.budget < 1:

@@ -25,7 +25,14 @@ from typing import Any
 
 from ksmith_core.capabilities import EvalJob
 from ksmith_core.errors import KsmithError, ProblemError
-from ksmith_core.loading import SEED_SUFFIX, load_candidate, load_problem, problem_files, seed_path_for
+from ksmith_core.loading import (
+    SEED_SUFFIX,
+    load_candidate,
+    load_problem,
+    problem_files,
+    seed_path_for,
+    with_backend,
+)
 from ksmith_core.model import Candidate, Problem, Verdict
 from ksmith_core.run import RunConfig
 
@@ -258,7 +265,7 @@ class Bench:
         from ksmith_core.engine import evaluate_all
 
         try:
-            problem = load_problem(path)
+            problem = with_backend(load_problem(path), self.config.backend)
         except KsmithError as exc:
             return _failed_row(path, "load_failed", str(exc)), True
         try:

@@ -8,6 +8,7 @@ import click
 
 from ksmith_core import hookimpl
 from ksmith_core.clitools import (
+    backend_option,
     capability_options,
     console,
     device_options,
@@ -62,6 +63,7 @@ def ksmith_register_commands(cli):
     help="Results directory; rerunning with the same one resumes (default ./ksmith-bench).",
 )
 @device_options
+@backend_option
 @click.option("--json", "as_json", is_flag=True)
 def bench(
     paths,
@@ -77,6 +79,7 @@ def bench(
     device,
     timeout,
     small,
+    backend,
     as_json,
     **capability_values,
 ):
@@ -93,12 +96,16 @@ def bench(
     from ksmith_core.run import RunConfig
 
     problem_paths = collect_problems(paths)
+    if backend:
+        from ksmith_core.capabilities import Backend
+
+        lookup(Backend, backend)  # an unknown name fails now, not once per problem
     executor_options = capability_options(executor_for(executor), capability_values)  # unknown: fails now
     out_dir = output_dir(out_dir or Path("ksmith-bench"))
     seed_options = capability_options(lookup(SeedMethod, seed_from), capability_values) if seed_from else {}
     overrides = {
         k: v
-        for k, v in {"budget": budget, "parallel": parallel, "executor": executor}.items()
+        for k, v in {"budget": budget, "parallel": parallel, "executor": executor, "backend": backend}.items()
         if v is not None
     }
     overrides["executor_options"] = executor_options

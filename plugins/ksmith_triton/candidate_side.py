@@ -175,6 +175,12 @@ def prepare_candidate_run(job: dict[str, Any]) -> tuple[Any, ...]:
     timers = capture_timers(guards, device)
     capture_harness(guards)
     guards.install()
+    # A backend built on this protocol (ksmith_native) adds its own in-process setup here, before any
+    # candidate code: each named module's install(guards, job).
+    for module_name in job.get("candidate_setup", []):
+        import importlib
+
+        importlib.import_module(module_name).install(guards, job)
     del job["problem_source"]
     return problem, trial_inputs, timing_inputs, input_bytes, guards, timers
 
@@ -448,7 +454,9 @@ def run_trials_and_timing(
         )
         return 0
     violations = [
-        r for r in trial_violations(guards, threads_before, hooks_before) if not r.startswith("NO_TRITON")
+        r
+        for r in trial_violations(guards, threads_before, hooks_before)
+        if not r.startswith(guards.no_launch_code)
     ]
     if violations:
         channel.send("error", status="rejected", reasons=violations)
@@ -516,7 +524,9 @@ class TimedCallCheck:
                     "code may run only inside its own forward"
                 )
         if self.last_call_launches is not None and self.last_call_launches < 1:
-            raise CheckRefused(f"NO_TRITON_LAUNCH: timed call {index + 1} launched no Triton kernel")
+            code = getattr(self.guards, "no_launch_code", "NO_TRITON_LAUNCH")
+            noun = getattr(self.guards, "kernel_noun", "Triton kernel")
+            raise CheckRefused(f"{code}: timed call {index + 1} launched no {noun}")
         structure, tensors = flatten_outputs(out)  # OutputError: the caller refuses the candidate
         seed = self._draw()
         positions = child_common.sample_positions(seed, [t.numel() for t in tensors])
@@ -585,11 +595,11 @@ def trial_violations(guards: Any, threads_before: set[int], hooks_before: dict[s
     if guards.forbidden:
         listed = ", ".join(f"{op} x{n}" for op, n in sorted(guards.forbidden.items()))
         reasons.append(
-            f"FORBIDDEN_TORCH_OP: {listed} dispatched inside forward; only Triton kernels may compute "
+            f"FORBIDDEN_TORCH_OP: {listed} dispatched inside forward; only {guards.kernel_plural} may compute "
             "(allocation, views and copies are allowed, plus the problem's KSMITH_ALLOWED_OPS)"
         )
     if guards.launches == 0:
-        reasons.append("NO_TRITON_LAUNCH: forward launched no Triton kernel")
+        reasons.append(f"{guards.no_launch_code}: forward launched no {guards.kernel_noun}")
     if guards.threads_started:
         reasons.append(f"THREAD_STARTED: forward started thread(s) {', '.join(guards.threads_started[:3])}")
     left = guards.threads_alive(threads_before)

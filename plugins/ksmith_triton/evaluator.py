@@ -36,7 +36,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ksmith_core.errors import ProblemError
+from ksmith_core.errors import KsmithError, ProblemError
 from ksmith_core.model import (
     DEFAULT_TOLERANCES,
     Candidate,
@@ -400,12 +400,15 @@ def draw_seed() -> int:
     return secrets.randbits(62)
 
 
-def evaluate(problem: Problem, candidate: Candidate, options: EvalOptions) -> Verdict:
-    """Judge one candidate. Never raises for anything the candidate does (a broken *problem* raises)."""
+def evaluate(
+    problem: Problem, candidate: Candidate, options: EvalOptions, evaluation: type[Evaluation] | None = None
+) -> Verdict:
+    """Judge one candidate. Never raises for anything the candidate does (a broken *problem* raises).
+    ``evaluation``: a subclass of :class:`Evaluation` (a backend built on this protocol: ksmith_native)."""
     started = time.monotonic()
     try:
-        verdict = Evaluation(problem, candidate, options).run()
-    except ProblemError:
+        verdict = (evaluation or Evaluation)(problem, candidate, options).run()
+    except KsmithError:  # a broken problem, a backend that cannot run here: the user's to act on
         raise
     except Exception as exc:  # noqa: BLE001 - a harness bug must not stop a batch; it is reported as such
         import traceback
@@ -573,6 +576,7 @@ class Evaluation:
             # GPU outputs reach the reference process through CUDA IPC; "files" copies them through
             # /dev/shm instead (slower; for platforms where IPC is not allowed).
             "transport": os.environ.get("KSMITH_OUTPUT_TRANSPORT", "ipc"),
+            **self.job_extra(),
         }
         child.start(job)
         worker = reference_worker(self.problem, self.device, self.gpu, self.small)
@@ -631,6 +635,10 @@ class Evaluation:
         if failed is not None:
             return failed
         return self._time(child, worker, compared["meta"])
+
+    def job_extra(self) -> dict[str, Any]:
+        """More of the job for the candidate's process (a subclass's ``candidate_setup`` and its data)."""
+        return {}
 
     def _compare_outputs_in_reference(
         self,
@@ -903,7 +911,7 @@ class Evaluation:
         if self.device == "cuda":
             reasons += unsteady_reasons(runtime, eager, compiled)
         if speedup is not None and speedup > SUSPICIOUS_SPEEDUP and not self.revalidation:
-            again = Evaluation(self.problem, self.candidate, self.options, revalidation=True).run()
+            again = type(self)(self.problem, self.candidate, self.options, revalidation=True).run()
             if not again.accepted:
                 return Verdict(
                     status=again.status,

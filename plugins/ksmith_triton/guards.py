@@ -135,6 +135,10 @@ class Guards:
         self.forbidden: dict[str, int] = {}
         self.candidate_phase = False
         self.autotuners: dict[int, Any] = {}  # Triton autotuners the candidate's launches went through
+        # What counts as a launch, in the reasons given (a backend built on this protocol renames it).
+        self.kernel_noun = "Triton kernel"
+        self.kernel_plural = "Triton kernels"
+        self.no_launch_code = "NO_TRITON_LAUNCH"
         self._torch = torch
         self._triton_dirs: tuple[str, ...] = ()
         self._captured: dict[str, tuple[Any, str, Any]] = {}

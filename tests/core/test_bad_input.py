@@ -86,6 +86,8 @@ def places(tmp_path_factory, ksmith_cmd_module):
         "problem": DATA / "vector_add.py",
         "cand": DATA / "vector_add.seed.py",
         "run": root / "run",
+        "relu_cuda": Path(__file__).resolve().parents[2]
+        / "plugins/ksmith_problems/problems/elementwise/relu.cuda.seed.py",
     }
 
 
@@ -112,6 +114,12 @@ ROWS = [
     (["eval", "{problem}", "{empty}"], "defines no class ModelNew"),
     (["eval", "{problem}", "{binary}"], "cannot read candidate file"),
     (["eval", "{problem}", "{adir}"], "is a directory"),
+    (["eval", "{problem}", "{cand}", "--backend", "nope"], "unknown backend 'nope' (registered: "),
+    # a CUDA candidate where there is no GPU: the cuda backend says what it needs
+    (
+        ["eval", "relu", "{relu_cuda}", "--backend", "cuda", "--device", "cpu"],
+        "compiles CUDA sources, which need a GPU",
+    ),
     # evolve
     (["evolve", "{missing}"], "problem file not found"),
     (["evolve", "{syntax}"], "syntax error"),
@@ -122,6 +130,7 @@ ROWS = [
     (["evolve", "{problem}", "--run-dir", "{run}"], "already holds a run"),
     (["evolve", "{raise_inputs}", "--seed", "{cand}"], "get_inputs() raised ValueError"),
     (["evolve", "--resume", "{emptydir}"], "no run"),
+    (["evolve", "{problem}", "--backend", "nope"], "unknown backend 'nope'"),
     # seed: the output path is checked before any work
     (["seed", "{missing}", "--from", "inductor", "-o", "{tmp}/s.py"], "problem file not found"),
     (["seed", "{problem}", "--from", "nope", "-o", "{tmp}/s.py"], "unknown seed method 'nope'"),
@@ -134,6 +143,7 @@ ROWS = [
     (["bench", "{problem}", "--candidates", "{afile}"], "is a file"),
     (["bench", "{problem}", "--executor", "nope"], "unknown executor 'nope'"),
     (["bench", "{problem}", "--seed-from", "nope"], "unknown seed method 'nope'"),
+    (["bench", "{problem}", "--backend", "nope"], "unknown backend 'nope'"),
     # best, export, report, show: a run, and where to write
     (["best", "{run}", "-o", "{adir}"], "is a directory"),
     (["best", "{run}", "-o", "{afile}/best.py"], "is a file, not a directory"),

@@ -6,6 +6,9 @@ Nothing here needs a GPU; MetaX's platform is only ever exercised this way (docs
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+
 import pytest
 
 from ksmith_core.capabilities import Platform
@@ -136,6 +139,25 @@ def test_compile_commands():
         mxcc.env["CUDA_HOME"] == "/opt/maca-3.8/tools/cu-bridge"
     )  # torch's extension builder, via cu-bridge
     assert not mxcc.found
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="no nvcc here")
+def test_the_nvcc_command_compiles_and_its_errors_read_back(tmp_path):
+    """The constructed command, run: a kernel compiles; a broken one gives the compiler's first error line."""
+    from ksmith_native.build import compiler_feedback
+
+    nvcc = platform_facts(
+        "nvidia", PlatformSignals(executables={"nvcc": shutil.which("nvcc")})
+    ).native_compiler
+    good, bad = tmp_path / "good.cu", tmp_path / "bad.cu"
+    good.write_text("__global__ void k(float* x) { x[threadIdx.x] *= 2.0f; }\n")
+    bad.write_text("__global__ void k(float* x) { x[threadIdx.x] *= undefined_name; }\n")
+    assert subprocess.run(nvcc.command([good], tmp_path / "good.o"), capture_output=True).returncode == 0
+    done = subprocess.run(nvcc.command([bad], tmp_path / "bad.o"), capture_output=True, text=True)
+    headline, feedback = compiler_feedback(done.stdout + done.stderr, tmp_path)
+    assert done.returncode != 0
+    assert headline.startswith("bad.cu(1): error") and "undefined_name" in headline, headline
+    assert str(tmp_path) not in feedback
 
 
 def test_platforms_are_registered_capabilities():
