@@ -27,3 +27,9 @@ def ksmith_register_platforms(register):
     register(NVIDIA)
     register(METAX)
 
+
+@hookimpl
+def ksmith_register_commands(cli):
+    from ksmith_platforms.doctor import doctor
+
+    cli.add_command(doctor)

@@ -144,6 +144,8 @@ ROWS = [
     (["bench", "{problem}", "--executor", "nope"], "unknown executor 'nope'"),
     (["bench", "{problem}", "--seed-from", "nope"], "unknown seed method 'nope'"),
     (["bench", "{problem}", "--backend", "nope"], "unknown backend 'nope'"),
+    # doctor: a name that is neither a backend nor a platform
+    (["doctor", "--backend", "nope"], "neither a backend"),
     # best, export, report, show: a run, and where to write
     (["best", "{run}", "-o", "{adir}"], "is a directory"),
     (["best", "{run}", "-o", "{afile}/best.py"], "is a file, not a directory"),
