@@ -40,9 +40,9 @@ def default_device() -> str:
 def platform_summary() -> dict[str, Any]:
     """The detected platform's few facts for manifests and prompts (``{}`` when none is detected)."""
     try:
-        from ksmith_core.platform import platform_facts
+        from ksmith_core.platform import current_signals, platform_facts
 
-        facts = platform_facts()
+        facts = platform_facts(signals=current_signals(probe_device=True))  # the device is open here already
     except Exception:  # noqa: BLE001 - no platform plugin, or a broken one: the facts go without
         return {}
     return facts.summary() if facts is not None else {}

@@ -73,6 +73,7 @@ class PlatformSignals:
     torch_hip: str | None = None  # torch.version.hip
     gpu_available: bool = False  # torch.cuda.is_available() (True on MetaX too: its torch calls it cuda)
     device_name: str | None = None
+    compute_capability: str | None = None  # "9.0", from nvidia-smi (no device context needed)
     max_shared_memory: int | None = None  # bytes per block, from Triton's driver
     environ: Mapping[str, str] = field(default_factory=dict)  # the PROBED_ENV variables that are set
     existing_paths: frozenset[str] = frozenset()  # which probed paths exist
@@ -206,9 +207,10 @@ def facts_from(value: PlatformFacts | Mapping[str, Any], name: str) -> PlatformF
 def gather_signals(probe_device: bool = True) -> PlatformSignals:
     """Read the machine: Triton's active driver, torch's and Triton's versions, devices and tools on disk.
 
-    With ``probe_device`` (default) a visible GPU is asked for its name and Triton's driver for its target
-    and shared memory, which initialises the device in this process; without, only versions, files and the
-    environment are read."""
+    With ``probe_device`` a visible GPU is asked for its name and Triton's active driver for its target, warp
+    size and shared memory, which initialises the device in this process (``ksmith doctor``, a run's manifest).
+    Without, nothing touches the device: versions, files, the environment, ``torch.cuda.is_available()`` and,
+    where there is ``nvidia-smi``, the first visible GPU's name and compute capability."""
     environ = {k: os.environ[k] for k in PROBED_ENV if os.environ.get(k)}
     executables = {name: path for name in PROBED_EXECUTABLES if (path := shutil.which(name))}
     existing = frozenset(p for p in _probed_paths(environ) if os.path.exists(p))
@@ -226,6 +228,8 @@ def gather_signals(probe_device: bool = True) -> PlatformSignals:
             values["device_name"] = torch.cuda.get_device_name(0)
     except Exception:  # noqa: BLE001 - a broken torch still lets detection answer from the rest
         pass
+    if not probe_device and values.get("gpu_available") and "nvidia-smi" in executables:
+        values.update(_nvidia_smi(executables["nvidia-smi"]))
     try:
         import triton
 
@@ -248,18 +252,37 @@ def gather_signals(probe_device: bool = True) -> PlatformSignals:
     return PlatformSignals(**values)
 
 
+def _nvidia_smi(executable: str) -> dict[str, Any]:
+    """The first visible GPU's name and compute capability, asked of nvidia-smi (no CUDA context here)."""
+    import subprocess
+
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip() or "0"
+    try:
+        done = subprocess.run(
+            [executable, "--query-gpu=name,compute_cap", "--format=csv,noheader", "-i", visible],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        name, capability = (part.strip() for part in done.stdout.strip().splitlines()[0].split(","))
+    except (OSError, subprocess.TimeoutExpired, IndexError, ValueError):
+        return {}
+    return {"device_name": name or None, "compute_capability": capability or None}
+
+
 _signals_lock = threading.Lock()
 
 
 @functools.cache
-def _cached_signals() -> PlatformSignals:
-    return gather_signals()
+def _cached_signals(probe_device: bool) -> PlatformSignals:
+    return gather_signals(probe_device)
 
 
-def current_signals() -> PlatformSignals:
-    """This machine's signals, gathered once per process."""
+def current_signals(probe_device: bool = False) -> PlatformSignals:
+    """This machine's signals, gathered once per process (and per ``probe_device``: see
+    :func:`gather_signals`). Evaluations and proposers read them without touching the device."""
     with _signals_lock:
-        return _cached_signals()
+        return _cached_signals(probe_device)
 
 
 def forget_signals() -> None:

@@ -85,7 +85,7 @@ def run_checks(target: str | None, device: str | None, conformance: bool) -> dic
     from ksmith_core.platform import PlatformSignals, current_signals, detect_platform, facts_from
 
     plan = plan_for(target)
-    signals: PlatformSignals = current_signals()
+    signals: PlatformSignals = current_signals(probe_device=True)
     checks: list[Check] = []
     detected = detect_platform(signals)
     platform = plan.platform or detected

@@ -60,10 +60,16 @@ def peaks(device_name: str | None) -> tuple[float | None, float | None]:
 
 
 def arch_number(signals: PlatformSignals) -> int | None:
+    """The target architecture as Triton numbers it (90 for sm_90), from its driver or from nvidia-smi."""
     try:
-        return int(signals.triton_arch) if signals.triton_arch else None
+        if signals.triton_arch:
+            return int(signals.triton_arch)
+        if signals.compute_capability:
+            major, _, minor = signals.compute_capability.partition(".")
+            return int(major) * 10 + int(minor or 0)
     except ValueError:
-        return None
+        pass
+    return None
 
 
 def nvcc(signals: PlatformSignals) -> NativeCompiler:

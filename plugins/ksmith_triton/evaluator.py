@@ -895,7 +895,7 @@ class Evaluation:
         fraction = None
         if "ceilings" in reference and meta:
             bytes_moved = meta.get("input_bytes", 0) + meta.get("output_bytes", 0)
-            peaks = platform_peaks()
+            peaks = platform_peaks(self.details.get("device_name"))
             ceilings = ceilings_within_peaks(reference["ceilings"], peaks)
             if peaks:
                 self.details["roofline"] = {"platform": peaks.get("platform"), "ceilings": ceilings}

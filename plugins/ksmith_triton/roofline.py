@@ -40,12 +40,18 @@ def roofline_fraction(
 CEILING_PEAKS = {"bandwidth_bytes_s": "peak_bandwidth_bytes_s", "flops_s": "peak_flops_s"}
 
 
-def platform_peaks() -> dict[str, Any]:
-    """The detected platform's name and datasheet peaks (``ksmith_core.platform``); ``{}`` when none is known."""
+def platform_peaks(device_name: str | None = None) -> dict[str, Any]:
+    """The detected platform's name and datasheet peaks for ``device_name`` (``ksmith_core.platform``; read
+    without touching the device); ``{}`` when none is known."""
     try:
-        from ksmith_core.platform import platform_facts
+        from dataclasses import replace
 
-        facts = platform_facts()
+        from ksmith_core.platform import current_signals, platform_facts
+
+        signals = current_signals()
+        if device_name:
+            signals = replace(signals, device_name=device_name)
+        facts = platform_facts(signals=signals)
     except Exception:  # noqa: BLE001 - no platform plugin, or a broken one: measured ceilings alone
         return {}
     if facts is None:

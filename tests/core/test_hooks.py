@@ -190,7 +190,9 @@ def test_hook_ksmith_register_exporters(toy_plugin, register_plugin, toy_problem
     assert artifact.summary == "toy from run"
     assert (tmp_path / "best.txt").read_text() == result.best.candidate.source
     # The message names every registered exporter: the installed plugins' (library, dataset, ...) and this one.
-    with pytest.raises(PluginError, match=r"unknown exporter 'nope' \(registered: ([a-z]+, )*text(, [a-z]+)*\)"):
+    with pytest.raises(
+        PluginError, match=r"unknown exporter 'nope' \(registered: ([a-z]+, )*text(, [a-z]+)*\)"
+    ):
         export_from_run(str(tmp_path / "run"), "nope", tmp_path / "x")
 
 

@@ -129,6 +129,12 @@ def test_compile_commands():
     assert "-gencode=arch=compute_90,code=sm_90" in command and "-I/inc" in command and "-lineinfo" in command
     assert "" not in command and command[-4:] == ["-c", "k.cu", "-o", "k.o"]
     assert nvcc.env["TORCH_CUDA_ARCH_LIST"] == "9.0"
+    # Without asking the device (no context in the driver): nvidia-smi's compute capability gives the arch.
+    from_smi = platform_facts("nvidia", PlatformSignals(compute_capability="8.6")).native_compiler
+    assert (
+        from_smi.env["TORCH_CUDA_ARCH_LIST"] == "8.6"
+        and "-gencode=arch=compute_86,code=sm_86" in from_smi.arch_flags
+    )
     assert nvcc.command(["k.cu"], "k.so", shared=True)[-4:] == ["-shared", "k.cu", "-o", "k.so"]
 
     mxcc = platform_facts("maca", PlatformSignals(environ={"MACA_PATH": "/opt/maca-3.8"})).native_compiler

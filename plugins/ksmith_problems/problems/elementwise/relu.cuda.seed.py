@@ -8,7 +8,6 @@ four floats (a float4 load and store), a grid-stride loop, launched on torch's c
 ``ksmith evolve relu --backend cuda`` starts from this seed (``NAME.BACKEND.seed.py`` beside a problem).
 """
 
-import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
 

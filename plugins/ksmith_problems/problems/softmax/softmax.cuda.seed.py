@@ -7,7 +7,6 @@ one warp over the warps' results); three passes over the row, the last one writi
     ksmith eval softmax plugins/ksmith_problems/problems/softmax/softmax.cuda.seed.py --backend cuda
 """
 
-import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
 
