@@ -30,9 +30,10 @@ Edit kinds (the arms of the bandit):
     ``GROUP_M`` (grouped ordering of output tiles) one step along 1, 2, 4, 8, 16, 32 -- only where the kernel
     already has it.
 ``num_warps``
-    One step along 1, 2, 4, 8, 16, 32 (added at the launch when absent, from Triton's default of 4).
+    One step along the platform's ladder -- 1, 2, 4, 8, 16, 32 on NVIDIA, up to 16 on MetaX, where a kernel at
+    32 is brought down to 16 (added at the launch when absent, from Triton's default of 4).
 ``num_stages``
-    One step within 1..5 (added when absent, from Triton's default of 3).
+    One step within the platform's range, 1..5 (added when absent, from Triton's default of 3).
 ``grid_rows``
     Grid shape: rows handled per program (``ROWS_PER_PROGRAM``, ``ROWS_PER_PROG`` or ``BLOCK_ROWS``) one step
     along 1..64 -- only where the kernel takes such a constexpr and the grid reads it (``meta[...]``) or
@@ -50,6 +51,13 @@ Edit kinds (the arms of the bandit):
     ``input_precision`` of one ``tl.dot`` among ``"tf32"``, ``"ieee"``, ``"tf32x3"``. TF32 on an fp32
     problem with a 1e-4 tolerance usually fails; the evaluator rejects it and the bandit learns. Skipped for
     problems that name only half-precision dtypes, where the setting cannot change the compiled kernel.
+``launch_option``
+    The platform's extra Triton compile options set, changed or removed at a plain kernel's launch: MetaX's
+    ``pipeline`` and ``scenario``; none on NVIDIA, whose Triton rejects unknown options.
+
+Platform limits (:class:`ksmith_mutate.edits.Limits`, from :mod:`ksmith_core.platform`; NVIDIA's where no
+platform is detected): the ``num_warps`` ladder, the ``num_stages`` range, shared memory (tile growth and GEMM
+configurations must fit it), TMA (``tma_loads`` only where the platform has it) and the extra options.
 
 Not done, on purpose: grouped tile ordering is tuned only where a kernel already has ``GROUP_M`` (adding it is
 a rewrite of the kernel's index arithmetic, not a single safe edit), and the accumulator's dtype is never
