@@ -51,8 +51,16 @@ def test_every_edit_reparses_and_touches_one_statement(name):
 
 
 def test_every_kind_applies_to_the_test_kernels():
-    kinds = {e.kind for name in KERNEL_NAMES for e in possible_edits(seed_source(name))}
-    assert kinds == set(EDIT_KINDS)
+    """Every kind applies somewhere: on NVIDIA all but launch_option, which only a platform with extra Triton
+    options (MetaX) offers (tests/platforms/test_mutate_on_platforms.py)."""
+    from ksmith_core.platform import PlatformSignals, platform_facts
+    from ksmith_mutate.edits import Limits
+
+    nvidia = Limits.from_platform(platform_facts(signals=PlatformSignals(triton_backend="cuda")))
+    metax = Limits.from_platform(platform_facts(signals=PlatformSignals(triton_backend="maca")))
+    kinds = {e.kind for name in KERNEL_NAMES for e in possible_edits(seed_source(name), None, nvidia)}
+    assert kinds == set(EDIT_KINDS) - {"launch_option"}
+    assert {e.kind for e in possible_edits(seed_source(KERNEL_NAMES[0]), None, metax)} >= {"launch_option"}
 
 
 def test_block_size_doubles_with_its_grid_literal():
