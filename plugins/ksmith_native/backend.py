@@ -13,16 +13,41 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from ksmith_core.errors import BackendUnavailable
 from ksmith_core.model import Candidate, EvalOptions, Problem, Status, Verdict
-from ksmith_native.build import Built, CompileFailure, toolchain_for
+from ksmith_native.build import Built, CompileFailure, Toolchain, toolchain_for
 from ksmith_native.build import build as build_extension
-from ksmith_native.spec import NativeSourceError, extract_extensions
+from ksmith_native.spec import ExtensionSpec, NativeSourceError, extract_extensions
 from ksmith_native.symbols import NotAnElfLibrary, forbidden_imports, undefined_symbols
 from ksmith_triton import evaluator
 from ksmith_triton.evaluator import Evaluation
 
 NAME = "cuda"
 CANDIDATE_SETUP = "ksmith_native.candidate_hooks"
+
+# An empty extension, built once per toolchain (cached): what it imports is the toolchain's, not a candidate's.
+BASELINE_CPP = "torch::Tensor ksmith_baseline(torch::Tensor x) { return x; }"
+BASELINE_CUDA = (
+    "__global__ void ksmith_baseline_kernel(float* x) { x[threadIdx.x] = 0.0f; }\n"
+    "void ksmith_baseline_launch(float* x) { ksmith_baseline_kernel<<<1, 1>>>(x); }"
+)
+
+
+def baseline_imports(toolchain: Toolchain, with_cuda: bool) -> frozenset[str]:
+    """The undefined symbols of an empty extension built by ``toolchain`` (with a CUDA source or without)."""
+    spec = ExtensionSpec(
+        name="ksmith_baseline_cuda" if with_cuda else "ksmith_baseline_cpp",
+        cpp_sources=(BASELINE_CPP,),
+        cuda_sources=(BASELINE_CUDA,) if with_cuda else (),
+        functions=(("ksmith_baseline", "ksmith_baseline"),),
+    )
+    try:
+        built = build_extension(spec, toolchain)
+    except CompileFailure as failure:
+        raise BackendUnavailable(
+            f"the cuda backend's toolchain cannot build an empty extension: {failure.headline}"
+        ) from None
+    return frozenset(undefined_symbols(built.path))
 
 
 def evaluate(problem: Problem, candidate: Candidate, options: EvalOptions) -> Verdict:
@@ -73,7 +98,8 @@ class NativeEvaluation(Evaluation):
         self.details["native"]["cached"] = all(b.cached for b in self._built)
         for built in self._built:
             try:
-                forbidden = forbidden_imports(undefined_symbols(built.path))
+                baseline = baseline_imports(toolchain, built.spec.has_cuda)
+                forbidden = forbidden_imports(undefined_symbols(built.path), baseline)
             except (NotAnElfLibrary, OSError) as exc:
                 return self.verdict(Status.COMPILE_ERROR, [f"NATIVE_LIBRARY: {exc}"])
             if forbidden:

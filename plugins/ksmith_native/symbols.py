@@ -4,8 +4,9 @@ A candidate's kernels must do the computing. Torch ops its C++ code dispatches a
 guards' dispatch mode (``torch::matmul`` arrives as ``aten.mm``), but a library called directly is not: a
 cuBLAS GEMM from the extension dispatches nothing. So the library's imports are read before it is loaded, and
 an extension that imports a math library, torch's own kernels behind the dispatcher's back, runtime loading
-or process and thread creation is refused (:func:`forbidden_imports`). Read with a few lines of ELF parsing:
-no binutils needed, nothing of the library runs.
+or process and thread creation is refused (:func:`forbidden_imports`), unless the same toolchain puts that
+import into an empty extension too (a statically linked runtime loads libraries itself: that is not the
+candidate's doing). Read with a few lines of ELF parsing: no binutils needed, nothing of the library runs.
 """
 
 from __future__ import annotations
@@ -77,10 +78,11 @@ def undefined_symbols(path: str | Path) -> set[str]:
     return names
 
 
-def forbidden_imports(symbols: set[str]) -> list[str]:
-    """What in ``symbols`` a candidate may not call, one line each: ``cublasSgemm_v2 (cuBLAS)``."""
+def forbidden_imports(symbols: set[str], baseline: frozenset[str] | set[str] = frozenset()) -> list[str]:
+    """What in ``symbols`` a candidate may not call, one line each: ``cublasSgemm_v2 (cuBLAS)``. Imports in
+    ``baseline`` (what an empty extension built by the same toolchain imports) are the toolchain's own."""
     found = []
-    for symbol in sorted(symbols):
+    for symbol in sorted(symbols - set(baseline)):
         why = FORBIDDEN_NAMES.get(symbol)
         if why is None:
             why = next((what for prefix, what in FORBIDDEN_PREFIXES if symbol.startswith(prefix)), None)
