@@ -14,7 +14,19 @@ from ksmith_core import hookimpl, plugins
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "docs" / "examples" / "ksmith-hello"
-BUILTINS = {"basics", "triton", "mutate", "llm", "mapelites", "problems", "inductor", "bench", "report"}
+BUILTINS = {
+    "basics",
+    "triton",
+    "mutate",
+    "llm",
+    "mapelites",
+    "problems",
+    "inductor",
+    "bench",
+    "report",
+    "platforms",
+    "native",
+}
 
 
 def run_plugins_json(ksmith_cmd, env_extra=None, pythonpath=None):
@@ -118,7 +130,7 @@ def test_unknown_names_list_what_is_registered():
 
     with pytest.raises(PluginError, match=r"unknown proposer 'nope' \(registered: llm, mutate, vllm\)"):
         lookup(Proposer, "nope")
-    with pytest.raises(PluginError, match=r"unknown backend 'cobol' \(registered: triton\)"):
+    with pytest.raises(PluginError, match=r"unknown backend 'cobol' \(registered: cuda, triton\)"):
         lookup(Backend, "cobol")
 
 
