@@ -21,7 +21,6 @@ detection, the option mapping and the compile commands run the same as on the ha
 
 from __future__ import annotations
 
-import functools
 import os
 import shlex
 import shutil
@@ -271,24 +270,25 @@ def _nvidia_smi(executable: str) -> dict[str, Any]:
 
 
 _signals_lock = threading.Lock()
-
-
-@functools.cache
-def _cached_signals(probe_device: bool) -> PlatformSignals:
-    return gather_signals(probe_device)
+_signals: dict[bool, PlatformSignals] = {}
 
 
 def current_signals(probe_device: bool = False) -> PlatformSignals:
-    """This machine's signals, gathered once per process (and per ``probe_device``: see
-    :func:`gather_signals`). Evaluations and proposers read them without touching the device."""
+    """This machine's signals, gathered once per process. Without ``probe_device`` (evaluations, proposers)
+    the device is not touched -- unless something in this process has probed it already (a run's manifest,
+    ``ksmith doctor``), whose fuller signals are then used."""
     with _signals_lock:
-        return _cached_signals(probe_device)
+        if True in _signals:
+            return _signals[True]
+        if probe_device or False not in _signals:
+            _signals[probe_device] = gather_signals(probe_device)
+        return _signals[probe_device]
 
 
 def forget_signals() -> None:
     """Gather again next time (tests, after changing the environment)."""
     with _signals_lock:
-        _cached_signals.cache_clear()
+        _signals.clear()
 
 
 # --------------------------------------------------------------------------------------------------------------
