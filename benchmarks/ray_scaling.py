@@ -40,7 +40,13 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from eval_protocol import DEFAULT_PROBLEMS, THROUGHPUT_PROBLEMS, pairs_in, variants_of  # noqa: E402
+from eval_protocol import (  # noqa: E402
+    DEFAULT_PROBLEMS,
+    THROUGHPUT_PROBLEMS,
+    median_details,
+    pairs_in,
+    variants_of,
+)
 
 CONFIGS = ("local1", "ray1", "ray2", "fault2")
 
@@ -71,6 +77,8 @@ def summary(name: str, jobs: list[Any], verdicts: list[Any], seconds: float, gpu
         "per_minute": len(verdicts) / seconds * 60.0,
         "statuses": statuses,
         "median_eval_seconds": statistics.median(v.eval_seconds or 0.0 for v in verdicts),
+        "median_phase_seconds": median_details(verdicts, "phases"),
+        "median_worker_step_seconds": median_details(verdicts, "worker_steps"),
         "per_evaluation": [
             {
                 "problem": job.problem.name,
@@ -208,7 +216,11 @@ def main(argv: list[str] | None = None) -> int:
             row = run_ray(name, warm, measured, gpus, args.slots, kill)
         results["configs"][name] = row
         args.out.write_text(json.dumps(results, indent=2, default=str))
-        print(f"{name}: {row['per_minute']:.1f}/min {row['statuses']}", file=sys.stderr, flush=True)
+        print(
+            f"{name}: {row['per_minute']:.1f}/min {row['statuses']}; median phases {row['median_phase_seconds']}",
+            file=sys.stderr,
+            flush=True,
+        )
 
     configs = results["configs"]
     if "fault2" in configs and "ray2" in configs:
