@@ -23,7 +23,6 @@ from __future__ import annotations
 import logging
 import os
 import socket
-import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -81,19 +80,13 @@ def import_ray():
 class EvalActor:
     """Evaluates jobs one at a time in a Ray worker process (wrapped by ``ray.remote`` when first used)."""
 
-    def __init__(self, threads: str | None = None) -> None:
+    def __init__(self) -> None:
         import ray
 
+        # Ray's OMP_NUM_THREADS=1 stays: with several actors on one host, each running slots of evaluations
+        # (candidate, reference and evaluator processes), letting every process use all cores cut two-GPU
+        # throughput from 128.7 to 94.3 evaluations/min (docs/benchmarks.md, the Ray section).
         self.gpus = [str(g) for g in ray.get_gpu_ids()]
-        # Ray sets OMP_NUM_THREADS=1 in its workers. The evaluator compares outputs with torch on the CPU in
-        # this process, and its candidate and reference processes inherit the variable: keep what the
-        # driver had (a local run's setting), so a run on Ray is not slower per evaluation than a local one.
-        if threads:
-            os.environ["OMP_NUM_THREADS"] = threads
-        else:
-            os.environ.pop("OMP_NUM_THREADS", None)
-        if "torch" in sys.modules:
-            sys.modules["torch"].set_num_threads(int(threads) if threads else os.cpu_count() or 1)
 
     def ready(self) -> dict[str, Any]:
         """Where this actor runs (also: the driver waits on this to know the actor started)."""
@@ -225,7 +218,7 @@ class ActorPool:
     def _start(self) -> Any | None:
         """A new actor, started and answering; ``None`` if there is no room for it but others exist."""
         ray = self.ray
-        actor = _actor_class(ray).options(**self._options).remote(os.environ.get("OMP_NUM_THREADS"))
+        actor = _actor_class(ray).options(**self._options).remote()
         try:
             where = ray.get(actor.ready.remote(), timeout=ACTOR_START_TIMEOUT_S)
         except ray.exceptions.RayError as exc:
