@@ -133,6 +133,8 @@ ROWS = [
     (["bench", "{problem}", "-o", "{afile}"], "is a file"),
     (["bench", "{problem}", "--candidates", "{afile}"], "is a file"),
     (["bench", "{problem}", "--executor", "nope"], "unknown executor 'nope'"),
+    (["bench", "{problem}", "--reserve", "8"], "use it with --evolve"),
+    (["bench", "{problem}", "--evolve", "--reserve", "-1"], "-1 is not in the range"),
     (["bench", "{problem}", "--seed-from", "nope"], "unknown seed method 'nope'"),
     # best, export, report, show: a run, and where to write
     (["best", "{run}", "-o", "{adir}"], "is a directory"),
