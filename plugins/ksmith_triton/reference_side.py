@@ -62,9 +62,9 @@ def run_reference(channel: Channel, job: dict[str, Any]) -> int:
         op = command.get("op")
         if op == "exit" or op not in handlers:
             return 0
-        if device == "cuda":
-            torch.cuda.reset_peak_memory_stats()  # each answer reports its own peak (admission.py)
         try:
+            if device == "cuda":
+                torch.cuda.reset_peak_memory_stats()  # each answer reports its own peak (admission.py)
             answer = handlers[op](problem, device, command)
             channel.send(op, **answer, peak_bytes=peak_memory_bytes(device))
         except ProblemStepError as exc:  # the problem's own code failed: the user's to fix
