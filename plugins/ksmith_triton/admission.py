@@ -19,7 +19,7 @@ together and the verdicts said ``OUT_OF_MEMORY`` for kernels that were fine. So,
   of the last few; before that, an estimate from the problem's input and output bytes (made on the meta
   device by its reference process: ``estimate_bytes``). Measured footprints are also kept in the reference
   cache, so the next bench starts from them.
-* **Retry alone** (``evaluator.evaluate``): an out-of-memory verdict (``OUT_OF_MEMORY`` from the candidate,
+* **Retry alone** (``evaluator.admitted_run``, GPUs only: ``shares_memory``): an out-of-memory verdict (``OUT_OF_MEMORY`` from the candidate,
   ``RESOURCE_EXHAUSTED`` from the reference, or a ``RESOURCE`` problem error) reached while another
   evaluation ran on the same GPU is not trusted: the evaluation runs again with the GPU to itself
   (exclusive admission, ahead of the queue), and only that verdict counts. An out-of-memory when it ran
