@@ -179,6 +179,9 @@ def _row(
         "interpreted": verdict.interpreted if verdict else False,
         "device": verdict.device if verdict else None,
         "reasons": list(verdict.reasons) if verdict else ["NO_CANDIDATE: no ModelNew beside the problem"],
+        # Ran out of memory beside other evaluations and was judged again alone (the Triton backend's
+        # memory admission): the verdict is the second run's.
+        "oom_retried_alone": bool(verdict and verdict.details.get("oom_retried_alone")),
     }
     row.update(extra)
     row["compile_roofline_fraction"] = compile_roofline_fraction(row)

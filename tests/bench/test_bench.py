@@ -117,6 +117,21 @@ def test_bench_evaluates_every_problem_and_resumes(toy_plugin, tmp_path):
     assert saved["summary"]["problems"] == 3
 
 
+def test_a_row_says_when_its_verdict_was_judged_again_alone_after_running_out_of_memory(tmp_path):
+    from ksmith_bench.bench import _row
+    from ksmith_core.loading import load_problem
+    from ksmith_core.model import Candidate, Status, Verdict
+
+    (tmp_path / "toy.py").write_text(PROBLEM)
+    problem, candidate = load_problem(tmp_path / "toy.py"), Candidate.from_source(SEED)
+    retried = Verdict(
+        status=Status.OK, details={"oom_retried_alone": True, "oom_first_reason": "OUT_OF_MEMORY: x"}
+    )
+    assert _row(problem, candidate, retried, "eval", {})["oom_retried_alone"] is True
+    assert _row(problem, candidate, Verdict(status=Status.OK), "eval", {})["oom_retried_alone"] is False
+    assert _row(problem, None, None, "eval", {})["oom_retried_alone"] is False
+
+
 def test_bench_evolve_records_start_and_end(toy_plugin, tmp_path):
     suite = make_suite(tmp_path / "suite", {"one": 1.0})
     config = RunConfig(proposer="toy", select="greedy", budget=4, proposals_per_step=1)
