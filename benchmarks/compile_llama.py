@@ -86,14 +86,14 @@ def ksmith(*args: object) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, capture_output=True, text=True)
 
 
-def build_library(model_file: Path, work: Path, device: str, budget: int) -> Path:
+def build_library(model_file: Path, work: Path, device: str, budget: int, parallel: int) -> Path:
     problems, bench_out, library = work / "problems", work / "bench", work / "library"
     proc = ksmith("harvest", model_file, "-o", problems, "--device", device, "--json")
     if proc.returncode != 0:
         raise SystemExit(f"harvest failed: {proc.stderr.strip()}")
     proc = ksmith(
         "bench", problems, "--evolve", "--seed-from", "inductor", "--budget", budget,
-        "--device", device, "-o", bench_out, "--json",
+        "--parallel", parallel, "--device", device, "-o", bench_out, "--json",
     )  # fmt: skip
     (work / "bench.log").write_text(proc.stdout + proc.stderr)
     library.mkdir(parents=True, exist_ok=True)
@@ -165,6 +165,7 @@ def main() -> None:
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     parser.add_argument("--shapes", nargs="+", default=["1x2048", "8x1", "64x1"], help="BATCHxSEQ")
     parser.add_argument("--budget", type=int, default=40, help="evaluations per harvested problem")
+    parser.add_argument("--parallel", type=int, default=8, help="evaluations at once in the bench")
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--tiny", action="store_true", help="a one-layer hidden-64 model (smoke test)")
     parser.add_argument("--layers", type=int, default=None, help="override num_hidden_layers (1: one layer)")
@@ -186,7 +187,7 @@ def main() -> None:
         model_file.write_text(MODEL_FILE.format(config=config, dtype=args.dtype, batch=batch, seq=seq))
         library = work / "library"
         if not (args.reuse and library.is_dir()):
-            library = build_library(model_file, work, args.device, args.budget)
+            library = build_library(model_file, work, args.device, args.budget, args.parallel)
         result = measure(model_file, library, args.device, args.warmup, args.reps)
         all_results["shapes"][shape] = result
         (args.out / "results.json").write_text(json.dumps(all_results, indent=2))

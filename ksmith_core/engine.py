@@ -29,7 +29,17 @@ from ksmith_core.environment import device_facts, versions
 from ksmith_core.errors import ConfigError, PluginError, RunStoreError
 from ksmith_core.feedback import feedback_for
 from ksmith_core.loading import load_problem, with_backend
-from ksmith_core.model import Candidate, EvalOptions, Problem, Proposal, Scored, Selection, Verdict
+from ksmith_core.model import (
+    Candidate,
+    EvalOptions,
+    Problem,
+    Proposal,
+    Scored,
+    Selection,
+    Verdict,
+    freeze,
+    thaw,
+)
 from ksmith_core.novelty import fingerprint
 from ksmith_core.registry import lookup, registry
 from ksmith_core.run import Run, RunConfig
@@ -273,11 +283,14 @@ class Engine:
             self.pm.hook.ksmith_new_best(run=self.run, candidate=candidate, verdict=verdict)
         self.on_event("evaluated", {"scored": scored, "new_best": is_new_best, "run": self.run})
 
-    def _fresh(self, proposals: list[Proposal], island: int) -> list[Candidate]:
+    def _fresh(self, proposals: list[Proposal], selection: Selection) -> list[Candidate]:
         fresh: dict[str, Candidate] = {}
         seen = set(self.fingerprints)
+        shown = selection_record(selection)
         for proposal in proposals:
-            candidate = Candidate.from_proposal(proposal, island=island)
+            candidate = Candidate.from_proposal(proposal, island=selection.island)
+            if shown:  # what the proposer was shown besides the parent, for the step-level datasets
+                candidate = replace(candidate, meta=freeze({**shown, **thaw(candidate.meta)}))
             print_ = fingerprint(candidate.source)
             if candidate.id in self.run.by_id or candidate.id in fresh:
                 when = "earlier in the run" if candidate.id in self.run.by_id else "twice in this step"
@@ -322,7 +335,7 @@ class Engine:
                 run.note_dropped(
                     "no_proposal", f"the {self.proposer.name} proposer returned nothing for {parents}"
                 )
-            fresh = self._fresh(proposals, selection.island)
+            fresh = self._fresh(proposals, selection)
             room = run.config.budget - run.evaluations
             for candidate in fresh[room:]:
                 run.note_dropped("over_budget", f"{candidate.id} did not fit in the evaluation budget")
@@ -364,6 +377,16 @@ class Engine:
 
     def close(self) -> None:
         self.run.store.close()
+
+
+def selection_record(selection: Selection) -> dict[str, Any]:
+    """What a candidate's meta keeps of the selection it came from: its mode and the inspirations' ids."""
+    record: dict[str, Any] = {}
+    if selection.inspirations:
+        record["inspiration_ids"] = [scored.candidate.id for scored in selection.inspirations]
+    if selection.mode:
+        record["selection_mode"] = selection.mode
+    return record
 
 
 def _by(origin: str, drops: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -13,8 +13,9 @@ Each evaluated candidate with a parent is one *step*. Its row holds
 - the labels: status, correct, gain over the parent, the verdict's reasons, the timing noise of the two
   measurements, and which filter kept or dropped the step.
 
-Nothing here needs the ``train`` extra: rows are plain dicts. Selection inspirations are not stored by a run,
-so the prompt shows the run's best kernel at that moment and no other kernels; user hints are left out.
+Nothing here needs the ``train`` extra: rows are plain dicts. The prompt shows the inspirations the live
+proposer was shown (their ids are in the child's ``meta``; runs stored before that was recorded show only the
+run's best kernel at that moment); user hints are left out.
 """
 
 from __future__ import annotations
@@ -222,27 +223,33 @@ def step_filter(
 # --------------------------------------------------------------------------------------------------------------
 
 
-def _replay(store: RunStore) -> Iterator[tuple[Scored, Scored | None, Scored | None]]:
-    """Every evaluation as (scored child, scored parent, best before it), as the live run saw them."""
+def _replay(store: RunStore) -> Iterator[tuple[Scored, Scored | None, Scored | None, tuple[Scored, ...]]]:
+    """Every evaluation as (scored child, scored parent, best before it, inspirations), as the live run saw them."""
     by_id: dict[str, Scored] = {}
     best: Scored | None = None
     for _, candidate, verdict in store.evaluations():
         parent = by_id.get(candidate.parent_ids[0]) if candidate.parent_ids else None
         scored = Scored(candidate, verdict, feedback_for(candidate, verdict, parent))
-        yield scored, parent, best
+        shown = candidate.meta.get("inspiration_ids") or ()
+        yield scored, parent, best, tuple(by_id[i] for i in shown if i in by_id)
         by_id[candidate.id] = scored
         if verdict.accepted and (best is None or verdict.score > best.verdict.score):
             best = scored
 
 
 def messages_for(
-    problem: Problem, parent: Scored, best: Scored | None, hardware: dict[str, Any], device: str
+    problem: Problem,
+    parent: Scored,
+    best: Scored | None,
+    hardware: dict[str, Any],
+    device: str,
+    inspirations: tuple[Scored, ...] = (),
 ) -> list[dict[str, str]]:
     """The ``llm`` proposer's conversation for improving (or repairing) ``parent``."""
     from ksmith_llm import prompts
 
     fixing = not parent.verdict.accepted
-    selection = Selection(parents=(parent,), mode="fix" if fixing else "improve")
+    selection = Selection(parents=(parent,), inspirations=inspirations, mode="fix" if fixing else "improve")
     return prompts.improve_messages(problem, selection, parent, best, hardware, device)
 
 
@@ -259,13 +266,24 @@ def read_run(path: Path, min_gain: float = 0.0) -> RunSteps:
         rows: list[dict[str, Any]] = []
         evaluations = 0
         interpreted = False
-        for child, parent, best in _replay(store):
+        for child, parent, best, inspirations in _replay(store):
             evaluations += 1
             interpreted = interpreted or child.verdict.interpreted
             if parent is None:
                 continue
             rows.append(
-                _row(store.path.name, problem, child, parent, best, hardware, device, revalidations, min_gain)
+                _row(
+                    store.path.name,
+                    problem,
+                    child,
+                    parent,
+                    best,
+                    hardware,
+                    device,
+                    revalidations,
+                    min_gain,
+                    inspirations,
+                )
             )
     return RunSteps(
         run=store.path.name,
@@ -288,9 +306,10 @@ def _row(
     device: str,
     revalidations: dict[str, dict[str, Any]],
     min_gain: float,
+    inspirations: tuple[Scored, ...] = (),
 ) -> dict[str, Any]:
     fixing = not parent.verdict.accepted
-    messages = messages_for(problem, parent, best, hardware, device)
+    messages = messages_for(problem, parent, best, hardware, device, inspirations)
     answer = answer_for(parent.candidate.source, child.candidate.source, child.candidate.edit, fixing)
     event = revalidations.get(child.candidate.id)
     revalidated = _verdict_of(event) if event is not None else None
@@ -305,6 +324,7 @@ def _row(
         "problem_source": problem.source,
         "step": _candidate_label(child.candidate),
         "parent_id": parent.candidate.id,
+        "inspiration_ids": [s.candidate.id for s in inspirations],
         "child_id": child.candidate.id,
         "proposer": child.candidate.proposer,
         "edit": child.candidate.edit,

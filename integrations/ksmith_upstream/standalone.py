@@ -114,6 +114,33 @@ def run_bench(
     return subprocess.run(cmd, capture_output=True, text=True, env=_env("cuda"), timeout=3600)
 
 
+SLOWER_THAN = (
+    0.97  # a shape where the evolved path runs below this fraction of upstream's speed is a regression
+)
+
+
+def bench_cases(output: str) -> list[dict]:
+    """The generated benchmark's table rows: ``case  original (us)  evolved (us)  speedup``."""
+    rows = []
+    for line in output.splitlines():
+        fields = line.rsplit(None, 3)
+        if len(fields) != 4 or not fields[3].endswith("x"):
+            continue
+        try:
+            original, evolved, speedup = float(fields[1]), float(fields[2]), float(fields[3][:-1])
+        except ValueError:
+            continue  # the header
+        rows.append(
+            {"case": fields[0].strip(), "original_us": original, "evolved_us": evolved, "speedup": speedup}
+        )
+    return rows
+
+
+def regressions(cases: list[dict]) -> list[dict]:
+    """Shapes where the patch would make upstream slower: it should not be sent as it is."""
+    return [case for case in cases if case["speedup"] < SLOWER_THAN]
+
+
 def check_patch(out: Path, device: str = "cuda", cases: int | None = None) -> dict:
     """Run the test (and, on a GPU, the benchmark) of the patch ``ksmith patch`` wrote into ``out``."""
     manifest = json.loads((out / "patch.json").read_text("utf-8"))
@@ -129,6 +156,8 @@ def check_patch(out: Path, device: str = "cuda", cases: int | None = None) -> di
             tree / manifest["bench_file"], patched, manifest["module"], out / "check" / "bench", cases
         )
         result["bench"] = {"returncode": bench.returncode, "output": bench.stdout + bench.stderr[-2000:]}
+        result["bench"]["cases"] = bench_cases(bench.stdout)
+        result["bench"]["regressions"] = regressions(result["bench"]["cases"])
     return result
 
 
@@ -143,7 +172,11 @@ def main(argv: list[str] | None = None) -> int:
     print(result["test"]["output"])
     if "bench" in result:
         print(result["bench"]["output"])
-    failed = result["test"]["returncode"] != 0 or result.get("bench", {}).get("returncode", 0) != 0
+    slower = result.get("bench", {}).get("regressions", [])
+    if slower:
+        shapes = "; ".join(f"{c['case']}: {c['speedup']:.2f}x" for c in slower)
+        print(f"ksmith: the evolved path is slower than upstream on {len(slower)} shape(s): {shapes}")
+    failed = result["test"]["returncode"] != 0 or result.get("bench", {}).get("returncode", 0) != 0 or slower
     return 1 if failed else 0
 
 

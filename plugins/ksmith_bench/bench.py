@@ -102,6 +102,21 @@ def _bound_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def room(row: dict[str, Any]) -> float | None:
+    """How much faster an evolved problem's best could still get, for the reserve; ``None``: give it nothing.
+
+    Only runs that stopped at their budget qualify (one near its roofline, out of patience or of proposals
+    would not use more). On a GPU, 1 / the best's roofline fraction; otherwise 1 / its speedup over
+    torch.compile where that is below 1."""
+    if row.get("mode") != "evolve" or row.get("status") != "ok" or row.get("stop_reason") != "budget":
+        return None
+    fraction = row.get("roofline_fraction")
+    if fraction and not row.get("interpreted"):
+        return 1.0 / fraction
+    versus = row.get("speedup_vs_compile")
+    return 1.0 / versus if versus and versus < 1.0 else None
+
+
 def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
     n = len(rows)
     correct = [r for r in rows if r["status"] == "ok"]
@@ -133,6 +148,9 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
             r["problem"] for r in correct if (r.get("speedup_vs_compile") or 2) < 1.0
         ),
         "interpreted": any(r.get("interpreted") for r in rows),
+        "reserve_evaluations": {
+            r["problem"]: r["reserve_evaluations"] for r in rows if r.get("reserve_evaluations")
+        },
         # Rows with no verdict, by why: load_failed, setup_failed, no_candidate.
         "not_evaluated": {
             status: sum(1 for r in rows if r["status"] == status)
@@ -168,6 +186,9 @@ def _row(
         "interpreted": verdict.interpreted if verdict else False,
         "device": verdict.device if verdict else None,
         "reasons": list(verdict.reasons) if verdict else ["NO_CANDIDATE: no ModelNew beside the problem"],
+        # Ran out of memory beside other evaluations and was judged again alone (the Triton backend's
+        # memory admission): the verdict is the second run's.
+        "oom_retried_alone": bool(verdict and verdict.details.get("oom_retried_alone")),
     }
     row.update(extra)
     row["compile_roofline_fraction"] = compile_roofline_fraction(row)
@@ -210,8 +231,12 @@ class Bench:
         candidates_dir: Path | None = None,
         seed_from: str | None = None,
         seed_options: dict[str, Any] | None = None,
+        reserve: int = 0,
     ) -> None:
         self.out_dir = Path(out_dir)
+        self.reserve = max(
+            0, reserve
+        )  # --reserve: evaluations given after the first pass where room is largest
         self.config = config
         self.evolve = evolve
         self.candidates_dir = candidates_dir
@@ -251,6 +276,8 @@ class Bench:
                     if on_row:
                         on_row(row)
                 rows.append(row)
+        if self.evolve and self.reserve:
+            rows = self._spend_reserve(rows, on_row)
         summary = summarise(rows)
         (self.out_dir / "summary.json").write_text(
             json.dumps({"summary": summary, "rows": rows}, indent=2, default=str)
@@ -332,6 +359,68 @@ class Bench:
             engine = Engine.start(problem, start, self.config, run_dir)
             result = engine.evolve(start)
         engine.close()
+        return self._evolved_row(problem, result, run_dir, started, extra)
+
+    # -- the reserve: evaluations given after the first pass, where the room is largest ----------------------
+
+    def round_size(self) -> int:
+        """Evaluations per reserve round: half a problem's budget, at least 4."""
+        return max(4, self.config.budget // 2)
+
+    def _spend_reserve(
+        self, rows: list[dict[str, Any]], on_row: Callable[[dict[str, Any]], None] | None
+    ) -> list[dict[str, Any]]:
+        """Give ``--reserve`` evaluations, a round at a time, to the problem with the most room left.
+
+        Room is :func:`room` (1 / roofline fraction on a GPU, else 1 / speedup vs torch.compile). A round that
+        does not improve its problem's best ends that problem's share; a resumed bench counts what earlier
+        rounds spent (each round's row is appended to ``results.jsonl``)."""
+        rows = list(rows)
+        left = self.reserve - sum(r.get("reserve_evaluations", 0) for r in rows)
+        while left > 0:
+            choices = [
+                (room(r), r["problem"], i)
+                for i, r in enumerate(rows)
+                if room(r) and not r.get("reserve_stalled")
+            ]
+            if not choices:
+                break
+            _, _, index = max(choices)
+            row = rows[index]
+            grown = self._extend(row, min(self.round_size(), left))
+            given = grown["reserve_evaluations"] - row.get("reserve_evaluations", 0)
+            left -= given
+            rows[index] = grown
+            self._append(grown)
+            if on_row:
+                on_row(grown)
+        return rows
+
+    def _extend(self, row: dict[str, Any], give: int) -> dict[str, Any]:
+        """The problem's run resumed with ``give`` more evaluations; its new row."""
+        from ksmith_core.engine import Engine
+
+        run_dir = Path(row["run_dir"])
+        started = time.monotonic()
+        engine = Engine.resume(run_dir, {"budget": row["evaluations"] + give})
+        try:
+            result = engine.evolve(None)
+            problem = engine.run.problem
+        finally:
+            engine.close()
+        extra = {key: row[key] for key in ("start_candidate_id",) if key in row}
+        grown = self._evolved_row(problem, result, run_dir, started, extra)
+        given = result.evaluations - row["evaluations"]
+        gain = (grown.get("speedup") or 0.0) / row["speedup"] if row.get("speedup") else None
+        grown["reserve_evaluations"] = row.get("reserve_evaluations", 0) + given
+        grown["reserve_rounds"] = [*row.get("reserve_rounds", []), {"given": given, "gain": gain}]
+        # Nothing spent, or the same best kernel: more of the same will not help this problem.
+        grown["reserve_stalled"] = given <= 0 or grown.get("candidate_id") == row.get("candidate_id")
+        return grown
+
+    def _evolved_row(
+        self, problem: Problem, result: Any, run_dir: Path, started: float, extra: dict[str, Any]
+    ) -> dict[str, Any]:
         best, seed = result.best, result.seed
         verdict = result.revalidated if result.revalidated is not None else (best.verdict if best else None)
         extra |= {

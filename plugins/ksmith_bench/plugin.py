@@ -37,6 +37,15 @@ def ksmith_register_commands(cli):
     metavar="FRACTION",
     help="With --evolve: stop a problem once its best runs at this fraction of its roofline (default 0.95; 0: never).",
 )
+@click.option(
+    "--reserve",
+    type=click.IntRange(min=0),
+    default=0,
+    metavar="N",
+    help="With --evolve: N more evaluations, given after every problem's first run, half a budget at a time, "
+    "to the problem with the most room (1/roofline fraction on a GPU, else 1/speedup vs torch.compile); "
+    "a round that finds nothing better ends that problem's share.",
+)
 @click.option("--proposer", default=None, help="Proposer for --evolve (default mutate).")
 @click.option("--parallel", type=int, default=None, help="Evaluations at once (default 1).")
 @click.option("--executor", default=None, help="How evaluations are dispatched (default local).")
@@ -70,6 +79,7 @@ def bench(
     do_evolve,
     budget,
     stop_at_roofline,
+    reserve,
     proposer,
     parallel,
     executor,
@@ -92,6 +102,7 @@ def bench(
     from ksmith_bench.bench import Bench, collect_problems
     from ksmith_core.capabilities import SeedMethod
     from ksmith_core.engine import executor_for, proposer_for
+    from ksmith_core.errors import ConfigError
     from ksmith_core.registry import lookup
     from ksmith_core.run import RunConfig
 
@@ -126,7 +137,9 @@ def bench(
             markup=False,
         )
 
-    result = Bench(out_dir, config, do_evolve, candidates_dir, seed_from, seed_options).run(
+    if reserve and not do_evolve:
+        raise ConfigError("--reserve gives evaluations to evolutions: use it with --evolve")
+    result = Bench(out_dir, config, do_evolve, candidates_dir, seed_from, seed_options, reserve).run(
         problem_paths, on_row
     )
     if as_json:

@@ -60,12 +60,21 @@ class NativeEvaluation(Evaluation):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._built: list[Built] = []
+        self._prepared = False
 
     def run(self) -> Verdict:
+        # A re-validation or a retry alone is a new instance: its build comes from the cache.
+        early = None if self._prepared else self.before_admission()
+        return early if early is not None else super().run()
+
+    def before_admission(self) -> Verdict | None:
+        """Read, build and scan the candidate's extensions before it waits for the GPU's memory; a verdict
+        when that already decides (a compile error, a library that would compute)."""
+        self._prepared = True
         try:
             compile(self.candidate.source, "candidate.py", "exec")
         except SyntaxError:
-            return super().run()  # the protocol's own syntax verdict
+            return None  # the protocol's own syntax verdict, in run()
         try:
             specs = extract_extensions(self.candidate.source)
         except NativeSourceError as exc:
@@ -111,7 +120,7 @@ class NativeEvaluation(Evaluation):
                         "compute"
                     ],
                 )
-        return super().run()
+        return None
 
     def job_extra(self) -> dict[str, Any]:
         return {

@@ -1,16 +1,18 @@
 """The ``ray`` executor: every evaluation on an actor of a Ray cluster, every verdict back to the driver.
 
 - **Actors.** One per GPU (``num_gpus=1``) when the cluster has GPUs; on a cluster without any, one per CPU
-  (``num_cpus=1``). They are started when a job needs one and none is idle, up to that count, so a run with
-  ``--parallel 2`` on a large cluster holds two. Each actor runs one evaluation at a time with ksmith's own
-  :func:`ksmith_core.engine.evaluate` -- the problem's backend, on that node, so the Triton backend still runs
-  every candidate in its own killable child process and keeps its GPU locks and reference-timing cache there.
+  (``num_cpus=1``). They are started when a job needs one and every running actor is full, up to that count.
+  Each actor runs up to ``--ray-slots`` evaluations at once (default 8 on a GPU, as a local run keeps 8 on one
+  GPU; 1 on a CPU) with ksmith's own :func:`ksmith_core.engine.evaluate` -- the problem's backend, on that node,
+  so the Triton backend still runs every candidate in its own killable child process and its GPU locks keep
+  timed loops exclusive on that GPU, with its reference-timing cache there.
   Jobs travel as the frozen dataclasses (the problem carries its source text: no shared filesystem).
 - **One pool per process.** All callers share it (``ksmith bench`` calls the executor from several threads);
-  each call keeps at most ``parallel`` of its jobs in flight, and an actor serves one job at a time.
+  each call keeps at most ``parallel`` of its jobs in flight, spread over the least loaded actors.
 - **Faults.** An actor that dies under a job (its process or its node lost, ``ray.kill``) is replaced and the
-  job is tried again on another actor, :data:`MAX_ATTEMPTS` times in all; a job that loses its worker every
-  time gets a ``crashed`` verdict with a ``WORKER_LOST: ...`` reason. Nothing of the kind escapes ``run``.
+  job is tried again on another actor, :data:`MAX_ATTEMPTS` times in all (a verdict reached after such a loss
+  lists them in ``details["worker_losses"]``); a job that loses its worker every time gets a ``crashed``
+  verdict with a ``WORKER_LOST: ...`` reason. Nothing of the kind escapes ``run``.
   An error of the *problem* (``ProblemError``) is raised as with the local executor.
 - **The driver stays the only writer.** Actors return verdicts and never touch the run store; the actors are
   not detached, so they end with the driver's Ray job, and a resumed run connects afresh.
@@ -37,6 +39,7 @@ log = logging.getLogger(__name__)
 
 MISSING_RAY = "the ray executor needs the 'ray' package: pip install 'kernel-smith[ray]'"
 MAX_ATTEMPTS = 3  # a job whose actor dies is tried twice more, each time on another actor
+DEFAULT_GPU_SLOTS = 8  # evaluations at once on one GPU actor, as a local run keeps 8 on one GPU
 ACTOR_START_TIMEOUT_S = 120.0  # an actor that cannot start (no free GPU or CPU) in this long is given up
 # Ray's errors that mean "the worker, its node or the result is gone", not "the job raised".
 LOST_WORKER_ERRORS = (
@@ -80,6 +83,9 @@ class EvalActor:
     def __init__(self) -> None:
         import ray
 
+        # Ray's OMP_NUM_THREADS=1 stays: with several actors on one host, each running slots of evaluations
+        # (candidate, reference and evaluator processes), letting every process use all cores cut two-GPU
+        # throughput from 128.7 to 94.3 evaluations/min (docs/benchmarks.md, the Ray section).
         self.gpus = [str(g) for g in ray.get_gpu_ids()]
 
     def ready(self) -> dict[str, Any]:
@@ -119,24 +125,30 @@ def _one_line(exc: BaseException) -> str:
 
 
 class ActorPool:
-    """Actors of one Ray connection: handed out one job at a time, replaced when they die."""
+    """Actors of one Ray connection, each taking up to ``slots`` jobs at once; replaced when they die.
 
-    def __init__(self, ray, identity: tuple[str, ...]) -> None:
+    ``capacity`` is how many actors the cluster has room for (its GPUs, else its CPUs); ``slots`` how many
+    evaluations one actor runs at once (``--ray-slots``: by default 8 on a GPU, as a local run keeps 8 on
+    one GPU, and 1 on a CPU). A job goes to the least loaded actor; a new actor starts only when every
+    running one is full.
+    """
+
+    def __init__(self, ray, identity: tuple[str, ...], slots: int | None = None) -> None:
         self.ray = ray
         self.identity = identity
         resources = ray.cluster_resources()
         gpus = int(resources.get("GPU", 0))
         self.uses_gpus = gpus > 0
         self.capacity = gpus if self.uses_gpus else max(1, int(resources.get("CPU", 1)))
+        self.slots = max(1, int(slots)) if slots else (DEFAULT_GPU_SLOTS if self.uses_gpus else 1)
         self.resources = {"num_gpus": 1} if self.uses_gpus else {"num_cpus": 1}
         self._cond = threading.Condition()
-        self._idle: list[Any] = []
-        self._busy: set[Any] = set()
+        self._load: dict[Any, int] = {}  # every live actor -> jobs it runs now
         self._starting = 0
         self.started = 0  # actors started over the pool's life
         self.lost = 0  # actors that died under a job
         env = {name: os.environ[name] for name in FORWARDED_ENV if name in os.environ}
-        self._options: dict[str, Any] = dict(self.resources)
+        self._options: dict[str, Any] = {**self.resources, "max_concurrency": self.slots}
         if env:
             self._options["runtime_env"] = {"env_vars": env}
 
@@ -144,22 +156,30 @@ class ActorPool:
 
     def busy_actors(self) -> list[Any]:
         with self._cond:
-            return list(self._busy)
+            return [actor for actor, load in self._load.items() if load]
 
     def size(self) -> int:
         with self._cond:
-            return len(self._idle) + len(self._busy)
+            return len(self._load)
+
+    def actors(self) -> list[Any]:
+        """Every live actor (a benchmark warms each of them)."""
+        with self._cond:
+            return list(self._load)
 
     def acquire(self) -> Any:
-        """An idle actor, a new one if there is room, else wait for one to be released."""
+        """The least loaded actor with a free slot, a new one if all are full and there is room, else wait."""
         while True:
             with self._cond:
                 while True:
-                    if self._idle:
-                        actor = self._idle.pop()
-                        self._busy.add(actor)
+                    free = [
+                        (load, n) for n, (actor, load) in enumerate(self._load.items()) if load < self.slots
+                    ]
+                    if free:
+                        actor = list(self._load)[min(free)[1]]
+                        self._load[actor] += 1
                         return actor
-                    if len(self._busy) + self._starting < self.capacity:
+                    if len(self._load) + self._starting < self.capacity:
                         self._starting += 1
                         break
                     self._cond.wait()
@@ -170,10 +190,30 @@ class ActorPool:
                 with self._cond:
                     self._starting -= 1
                     if actor is not None:
-                        self._busy.add(actor)
+                        self._load[actor] = 1
                     self._cond.notify_all()
             if actor is not None:
                 return actor
+
+    def start_all(self) -> list[Any]:
+        """Start actors until the cluster has no room for another; all live actors (to warm each of them)."""
+        while True:
+            with self._cond:
+                if len(self._load) + self._starting >= self.capacity:
+                    break
+                self._starting += 1
+            actor = None
+            try:
+                actor = self._start()
+            finally:
+                with self._cond:
+                    self._starting -= 1
+                    if actor is not None:
+                        self._load[actor] = 0
+                    self._cond.notify_all()
+            if actor is None:
+                break
+        return self.actors()
 
     def _start(self) -> Any | None:
         """A new actor, started and answering; ``None`` if there is no room for it but others exist."""
@@ -192,7 +232,7 @@ class ActorPool:
             else:
                 why = _one_line(exc)
             with self._cond:
-                others = len(self._busy) + len(self._idle)
+                others = len(self._load)
                 if others:
                     # No room (or no luck) for one more: make do with the actors there are.
                     self.capacity = min(self.capacity, others + self._starting - 1)
@@ -203,23 +243,27 @@ class ActorPool:
             raise RayClusterError(f"no Ray evaluation actor could start: {why}") from None
         self.started += 1
         log.info(
-            "ray: evaluation actor started on %s (pid %s, GPUs %s)",
+            "ray: evaluation actor started on %s (pid %s, GPUs %s, %d slots)",
             where["host"],
             where["pid"],
             where["gpus"],
+            self.slots,
         )
         return actor
 
     def release(self, actor: Any) -> None:
         with self._cond:
-            self._busy.discard(actor)
-            self._idle.append(actor)
+            if actor in self._load:
+                self._load[actor] -= 1
             self._cond.notify_all()
 
     def discard(self, actor: Any) -> None:
-        """Forget a dead (or unreachable) actor; a new one takes its place when a job needs it."""
+        """Forget a dead (or unreachable) actor; a new one takes its place when a job needs it.
+
+        Every job the actor ran fails with it and calls this: the actor is counted lost once."""
         with self._cond:
-            self._busy.discard(actor)
+            if self._load.pop(actor, None) is None:
+                return  # another of its jobs discarded it already
             self.lost += 1
             self._cond.notify_all()
         try:
@@ -229,9 +273,8 @@ class ActorPool:
 
     def close(self) -> None:
         with self._cond:
-            actors = [*self._idle, *self._busy]
-            self._idle.clear()
-            self._busy.clear()
+            actors = list(self._load)
+            self._load.clear()
             self._cond.notify_all()
         for actor in actors:
             try:
@@ -275,6 +318,8 @@ class ActorPool:
                 self.discard(actor)  # interrupted: its state is unknown
                 raise
             self.release(actor)
+            if losses:  # evaluated again after its worker died: say so, the benchmarks count repeats
+                verdict = replace(verdict, details={**verdict.details, "worker_losses": losses})
             return verdict
         return worker_lost_verdict(job, losses, time.monotonic() - started)
 
@@ -333,8 +378,16 @@ def pool_for(options: Mapping[str, Any]) -> ActorPool:
         elif options.get("address"):
             log.info("ray: already connected; --ray-address %s is not used", options["address"])
         identity = _identity(ray)
-        if _pool is None or _pool.identity != identity:
-            _pool = ActorPool(ray, identity)  # a stale pool's actors ended with its connection
+        if (
+            _pool is None
+            or _pool.identity != identity
+            or (options.get("slots") and _pool.slots != options["slots"])
+        ):
+            if _pool is not None and _pool.identity == identity:
+                _pool.close()  # other slots asked: its actors were made with another max_concurrency
+            _pool = ActorPool(
+                ray, identity, options.get("slots")
+            )  # a stale pool's actors ended with its connection
         return _pool
 
 

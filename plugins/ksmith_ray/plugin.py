@@ -22,6 +22,13 @@ CLI_OPTIONS = (
         metavar="ADDRESS",
         help="Ray cluster for --executor ray (as ray.init takes it; default $RAY_ADDRESS, else a local one).",
     ),
+    click.Option(
+        ["--ray-slots"],
+        type=click.IntRange(min=1),
+        default=None,
+        metavar="N",
+        help="Evaluations at once on each Ray actor (default 8 on a GPU, 1 on a CPU).",
+    ),
 )
 
 
@@ -36,8 +43,12 @@ def options_from_cli(values: Mapping[str, Any]) -> dict[str, Any]:
     from ksmith_ray.executor import import_ray
 
     import_ray()
-    address = values.get("ray_address")
-    return {"address": address} if address else {}
+    options: dict[str, Any] = {}
+    if values.get("ray_address"):
+        options["address"] = values["ray_address"]
+    if values.get("ray_slots"):
+        options["slots"] = values["ray_slots"]
+    return options
 
 
 def run_on_ray(jobs: Sequence[EvalJob], parallel: int, options: Mapping[str, Any]) -> list[Verdict]:
@@ -49,7 +60,7 @@ def run_on_ray(jobs: Sequence[EvalJob], parallel: int, options: Mapping[str, Any
 RAY = Executor(
     "ray",
     run_on_ray,
-    "Actors of a Ray cluster (one per GPU; one per CPU where it has none), --parallel at a time per run",
+    "Actors of a Ray cluster (one per GPU, --ray-slots evaluations each; one per CPU where it has none)",
     cli_options=CLI_OPTIONS,
     options_from_cli=options_from_cli,
 )

@@ -5,7 +5,7 @@ Every candidate runs in a killable child process (``python -m ksmith_triton.work
 (``python -m ksmith_triton.worker reference``, code in ``reference_side.py``), which also compares the
 candidate's outputs with them. The two sides share only ``child_common.py``. See ``evaluator.py`` for the
 protocol, ``guards.py`` for the anti-hacking checks made inside the candidate's process, ``locks.py`` for the
-per-GPU lock (exclusive while timing, shared for other GPU work).
+per-GPU lock (exclusive while timing, shared for other GPU work), ``admission.py`` for the per-GPU memory gate.
 """
 
 # Bump when anything that changes measured numbers or verdicts changes: it is part of every cache key.

@@ -36,6 +36,7 @@ from ksmith_triton.child_common import (
     make_init_inputs,
     make_inputs,
     make_model,
+    peak_memory_bytes,
     read_command,
     serve_job,
     tensor_bytes,
@@ -427,7 +428,9 @@ def run_trials_and_timing(
             "error", status="rejected", reasons=[f"TAMPERED: the candidate replaced {', '.join(changed)}"]
         )
         return 0
-    channel.send("correctness", trials=trials)
+    # Peak memory so far (the trials' outputs are all alive now): the driver's admission expects as much
+    # of the problem's next evaluations (admission.py). The candidate could lie; the driver floors it.
+    channel.send("correctness", trials=trials, peak_bytes=peak_memory_bytes(device))
 
     # -- timing, when the parent found the outputs correct ---------------------------------------------------
     command = read_command()
@@ -467,6 +470,7 @@ def run_trials_and_timing(
         warmup=timed.warmup,
         prequeue_ms=timed.prequeue_ms,
         full_checks=check.full,
+        peak_bytes=peak_memory_bytes(device),
     )
     read_command()
     return 0

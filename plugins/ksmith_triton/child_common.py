@@ -215,6 +215,19 @@ def tensor_bytes(values: list[Any]) -> int:
     return sum(v.numel() * v.element_size() for v in values if isinstance(v, torch.Tensor))
 
 
+def peak_memory_bytes(device: str) -> int:
+    """This process's peak memory, for the driver's memory admission (``admission.py``): on a GPU the peak of
+    torch's caching allocator's reservation (what it took from the device; a CUDA context's own few hundred
+    MB are left to the admission's margin), on the CPU the peak resident size."""
+    if device == "cuda":
+        import torch
+
+        return int(torch.cuda.max_memory_reserved())
+    import resource
+
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
 # Elements of every timed call's outputs checked against the reference (per output tensor): a call that gets
 # a fraction q of the elements wrong escapes with probability (1 - q) ** SAMPLES_PER_OUTPUT.
 SAMPLES_PER_OUTPUT = 512

@@ -20,7 +20,9 @@ One evaluation:
    speedup is re-validated in a new worker with fresh inputs and a fresh schedule).
 
 Every other GPU step (trials, reference outputs, comparison) holds the device's ``shared_gpu_lock``, so
-concurrent evaluations overlap with each other but never with a timed loop (``locks.py``).
+concurrent evaluations overlap with each other but never with a timed loop (``locks.py``). Before any of it,
+the evaluation is admitted to its GPU by its expected peak memory, and one that runs out of memory beside
+others is judged again alone (``admitted_run``, ``admission.py``).
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ from ksmith_core.model import (
     TimingStats,
     Verdict,
 )
-from ksmith_triton import PROTOCOL_VERSION
+from ksmith_triton import PROTOCOL_VERSION, admission
 from ksmith_triton.compare import tolerance_table
 from ksmith_triton.locks import (
     LOCK_DIR_ENV,
@@ -120,6 +122,15 @@ class ReferenceWorker:
             self.info = info  # type: ignore[assignment]
             self._info_pending = False
         return child
+
+    def facts(self) -> dict[str, Any]:
+        """What the process answered at start-up (device, versions, the problem's input and output bytes),
+        starting it if need be."""
+        if self.info and self.child is not None and self.child.proc.poll() is None:
+            return self.info
+        with self.lock:
+            self._running()
+            return self.info
 
     def warm(self) -> None:
         """Start the process now (it imports torch while the candidate runs) without waiting for it."""
@@ -404,10 +415,13 @@ def evaluate(
     problem: Problem, candidate: Candidate, options: EvalOptions, evaluation: type[Evaluation] | None = None
 ) -> Verdict:
     """Judge one candidate. Never raises for anything the candidate does (a broken *problem* raises).
+
+    The evaluation waits for its GPU's memory (``admission.py``); one that ran out of memory while other
+    evaluations shared the GPU runs again alone, and only that verdict counts (``admitted_run``).
     ``evaluation``: a subclass of :class:`Evaluation` (a backend built on this protocol: ksmith_native)."""
     started = time.monotonic()
     try:
-        verdict = (evaluation or Evaluation)(problem, candidate, options).run()
+        verdict = admitted_run(problem, candidate, options, evaluation)
     except KsmithError:  # a broken problem, a backend that cannot run here: the user's to act on
         raise
     except Exception as exc:  # noqa: BLE001 - a harness bug must not stop a batch; it is reported as such
@@ -423,6 +437,162 @@ def evaluate(
     return replace(verdict, eval_seconds=round(time.monotonic() - started, 3))
 
 
+def admitted_run(
+    problem: Problem,
+    candidate: Candidate,
+    options: EvalOptions,
+    evaluation_class: type[Evaluation] | None = None,
+) -> Verdict:
+    """One evaluation, admitted to its GPU by its expected peak memory; an out-of-memory reached while other
+    evaluations ran there is not the candidate's verdict: it runs again with the GPU to itself, and the
+    verdict says so (``details["oom_retried_alone"]``, ``details["oom_first_reason"]``). An out-of-memory
+    when it ran alone stands. What an evaluation does before it needs the GPU (a native backend's build:
+    ``before_admission``) happens before it waits for memory."""
+    cls = evaluation_class or Evaluation
+    evaluation = cls(problem, candidate, options)
+    early = evaluation.before_admission()
+    if early is not None:
+        return early
+    if not admission.enabled():
+        return evaluation.run()
+    gate = admission.gate_for(evaluation.device, evaluation.gpu)
+    need, source = expected_footprint(evaluation, gate)
+    first_reason = ""
+    with gate.admitted(need) as ticket:
+        try:
+            verdict = evaluation.run()
+        except ProblemError as exc:  # RESOURCE: the inputs or the reference did not fit
+            if not (crowded(ticket, evaluation) and memory_failure(str(exc))):
+                raise
+            first_reason = str(exc)
+        else:
+            if crowded(ticket, evaluation):
+                first_reason = out_of_memory_reason(verdict)
+        finally:
+            keep_footprint(evaluation, gate)
+    memory = {"reserved_bytes": need, "footprint": source, "waited_s": ticket.waited_s}
+    if not first_reason:
+        return with_details(verdict, memory={**memory, "shared_gpu": ticket.overlapped})
+    log.info("%s: out of memory beside other evaluations; again alone: %s", problem.name, first_reason[:200])
+    again = cls(problem, candidate, options, gpu=evaluation.gpu)
+    with gate.admitted(need, exclusive=True) as alone:
+        try:
+            verdict = again.run()  # a problem error now is the problem's, as without a gate
+        finally:
+            keep_footprint(again, gate)
+    return with_details(
+        verdict,
+        memory={**memory, "waited_s": round(ticket.waited_s + alone.waited_s, 3), "shared_gpu": False},
+        oom_retried_alone=True,
+        oom_first_reason=first_reason,
+    )
+
+
+def crowded(ticket: admission.Ticket, evaluation: Evaluation) -> bool:
+    """Other evaluations ran on the evaluation's device while it did, and their memory is its memory."""
+    return ticket.overlapped and admission.shares_memory(evaluation.device)
+
+
+def with_details(verdict: Verdict, **details: Any) -> Verdict:
+    return replace(verdict, details={**verdict.details, **details})
+
+
+def out_of_memory_reason(verdict: Verdict) -> str:
+    """The reason of a verdict that ran out of device memory (the candidate's ``OUT_OF_MEMORY``, the
+    reference's ``RESOURCE_EXHAUSTED``, a kernel launch that failed for memory), or ``""``. A process killed
+    for its resident size on the host is not one: that limit is its own, not shared."""
+    if verdict.status is Status.OK:
+        return ""
+    codes = ("OUT_OF_MEMORY", "RESOURCE_EXHAUSTED") if verdict.status is Status.RUNTIME_ERROR else ()
+    for reason in verdict.reasons:
+        if reason.startswith(codes) or "out of memory" in reason.lower():
+            return reason
+    return ""
+
+
+def memory_failure(message: str) -> bool:
+    """A problem error that says the device ran out of memory (``RESOURCE``, or torch's out-of-memory error
+    from the reference process)."""
+    return "RESOURCE:" in message or "out of memory" in message.lower()
+
+
+def footprint_key(evaluation: Evaluation) -> tuple[Any, ...]:
+    """What an evaluation's footprint depends on: the problem (its text), device, size and number of trials
+    (a copy of each trial's outputs is kept)."""
+    return (
+        evaluation.problem.sha,
+        evaluation.device,
+        evaluation.small,
+        max(1, evaluation.options.correctness_trials),
+    )
+
+
+def expected_footprint(evaluation: Evaluation, gate: admission.MemoryGate) -> tuple[int, str]:
+    """(bytes to reserve, where the figure comes from: ``measured``, ``estimate`` or ``unknown``).
+
+    Measured in this process or an earlier one (the reference cache); else estimated from the problem's input
+    and output bytes, which its reference process works out on the meta device when it starts. Where the gate
+    cannot read the device's memory (the CPU), a reservation changes nothing: nothing is looked up."""
+    key = footprint_key(evaluation)
+    found = admission.FOOTPRINTS.expected(key)
+    if found is None and gate.reads_memory():
+        stored = _stored_footprint(evaluation, key)
+        if stored is not None:
+            admission.FOOTPRINTS.record(key, stored)
+        else:
+            worker = reference_worker(evaluation.problem, evaluation.device, evaluation.gpu, evaluation.small)
+            sizes = worker.facts().get("sizes") or {}
+            if isinstance(sizes.get("input_bytes"), int):
+                output_bytes = sizes.get("output_bytes")
+                # Outputs the meta device could not work out: as large as the inputs.
+                output_bytes = output_bytes if isinstance(output_bytes, int) else sizes["input_bytes"]
+                admission.FOOTPRINTS.estimate(
+                    key, admission.estimate_bytes(sizes["input_bytes"], output_bytes, key[3])
+                )
+            else:
+                admission.FOOTPRINTS.estimate(key, 0, "unknown")
+        found = admission.FOOTPRINTS.expected(key)
+    return found or (0, "unknown")
+
+
+def _footprint_cache_key(key: tuple[Any, ...]) -> str:
+    sha, device, small, trials = key
+    return ReferenceCache.key("footprint", problem=sha, device=device, small=small, trials=trials)
+
+
+def _stored_footprint(evaluation: Evaluation, key: tuple[Any, ...]) -> int | None:
+    try:
+        cache = ReferenceCache(evaluation.options.cache_dir)
+        try:
+            found = cache.get(_footprint_cache_key(key))
+        finally:
+            cache.close()
+    except Exception as exc:  # noqa: BLE001 - a cache that cannot be read only costs an estimate
+        log.debug("reading the footprint cache: %s", exc)
+        return None
+    return int(found) if isinstance(found, int) and found >= 0 else None
+
+
+def keep_footprint(evaluation: Evaluation, gate: admission.MemoryGate) -> None:
+    """Remember what the evaluation measured, for the problem's next ones (and, in the reference cache, the
+    next process's where the device's memory is read)."""
+    peak = evaluation.measured_peak()
+    if peak is None:
+        return
+    key = footprint_key(evaluation)
+    if not admission.FOOTPRINTS.record(key, peak) or not gate.reads_memory():
+        return
+    expected = admission.FOOTPRINTS.expected(key)
+    try:
+        cache = ReferenceCache(evaluation.options.cache_dir)
+        try:
+            cache.set(_footprint_cache_key(key), expected[0] if expected else peak)
+        finally:
+            cache.close()
+    except Exception as exc:  # noqa: BLE001 - kept in memory all the same
+        log.debug("writing the footprint cache: %s", exc)
+
+
 def evaluate_many(
     problem: Problem, candidates: list[Candidate], options: EvalOptions, workers: int = 4
 ) -> list[Verdict]:
@@ -434,14 +604,23 @@ def evaluate_many(
 
 class Evaluation:
     def __init__(
-        self, problem: Problem, candidate: Candidate, options: EvalOptions, revalidation: bool = False
+        self,
+        problem: Problem,
+        candidate: Candidate,
+        options: EvalOptions,
+        revalidation: bool = False,
+        gpu: str | None = None,
     ) -> None:
+        """``gpu``: the GPU (as CUDA_VISIBLE_DEVICES names it) to run on; chosen here when not given."""
         self.problem, self.candidate, self.options = problem, candidate, options
         self.device = options.device
         self.interpreted = self.device == "cpu"
         self.small = options.use_small
         self.revalidation = revalidation
-        self.gpu = physical_gpu(choose_gpu(options.gpu_index)) if self.device == "cuda" else None
+        if self.device == "cuda":
+            self.gpu = gpu if gpu is not None else physical_gpu(choose_gpu(options.gpu_index))
+        else:
+            self.gpu = None
         self.details: dict[str, Any] = {
             "protocol": PROTOCOL_VERSION,
             "size": "small" if self.small else "full",
@@ -457,6 +636,26 @@ class Evaluation:
         self.flags: list[str] = []  # reasons on an accepted verdict (the status stays ok)
         self.child: Child | None = None
         self._job: dict[str, Any] = {}
+        # Peak memory each side reported (admission.py): kept for the problem once the trials reported.
+        self.peaks = {"candidate": 0, "reference": 0}
+        self.trials_reported = False
+        self.sizes: dict[str, Any] = {}  # input and output bytes, from the reference process
+
+    # -- memory ------------------------------------------------------------------------------------------------
+
+    def saw_peak(self, side: str, message: Any) -> None:
+        if isinstance(message, dict) and isinstance(message.get("peak_bytes"), int):
+            self.peaks[side] = max(self.peaks[side], max(0, message["peak_bytes"]))
+
+    def measured_peak(self) -> int | None:
+        """This evaluation's peak on its device (candidate + reference process), once the candidate got
+        through its trials (the outputs of every trial alive: about its peak); else ``None``. The candidate's
+        figure comes from its own process, so it is floored at what the harness itself holds there (its
+        inputs, their staging copy and one output set, as the reference process measured them)."""
+        if not self.trials_reported:
+            return None
+        floor = 2 * int(self.sizes.get("input_bytes", 0)) + int(self.sizes.get("output_bytes", 0))
+        return max(self.peaks["candidate"], floor) + self.peaks["reference"]
 
     # -- verdict helpers -------------------------------------------------------------------------------------
 
@@ -609,6 +808,8 @@ class Evaluation:
         failed = self.failed_report(report, child, "correctness trials")
         if failed is not None:
             return failed
+        self.saw_peak("candidate", report)
+        self.trials_reported = True
         trials = report["trials"]
         self.launches = [int(t["launches"]) for t in trials if isinstance(t.get("launches"), int)]
 
@@ -636,6 +837,12 @@ class Evaluation:
             return failed
         return self._time(child, worker, compared["meta"])
 
+    def before_admission(self) -> Verdict | None:
+        """Work done before the evaluation waits for its GPU's memory and runs (a native backend builds its
+        extensions here); a verdict ends the evaluation there. Nothing for Triton: it compiles in the
+        candidate's process."""
+        return None
+
     def job_extra(self) -> dict[str, Any]:
         """More of the job for the candidate's process (a subclass's ``candidate_setup`` and its data)."""
         return {}
@@ -656,7 +863,7 @@ class Evaluation:
         directory = child.scratch / "outputs"
         try:
             with shared_gpu_lock(self.device, self.gpu):
-                return worker.compare_with_reference(
+                compared = worker.compare_with_reference(
                     self._job["init_seed"],
                     seeds,
                     reports,
@@ -666,6 +873,10 @@ class Evaluation:
                     degenerate_check=degenerate_check,
                     timeout_s=max(COMPARE_TIMEOUT_MIN_S, self.options.timeout_s),
                 )
+            self.saw_peak("reference", compared)
+            if compared.get("meta"):
+                self.sizes = compared["meta"]
+            return compared
         except ProblemError:
             if self.device != "cuda":
                 raise
@@ -725,6 +936,7 @@ class Evaluation:
         failed = self.failed_report(report, child, "timing")
         if failed is not None:
             return failed
+        self.saw_peak("candidate", report)
         forged = forged_call_reports(calls, report, len(self._job["timing_seeds"]), trials)
         if forged:
             return self.verdict(Status.REJECTED, [forged])
@@ -742,6 +954,7 @@ class Evaluation:
                 sampled = worker.request(
                     "check_samples", max(COMPARE_TIMEOUT_MIN_S, opts.timeout_s), **request
                 )
+            self.saw_peak("reference", sampled)
         except ProblemError:
             if self.device != "cuda":
                 raise
@@ -852,9 +1065,10 @@ class Evaluation:
                 # the lock exclusively -- benchmarked beside other evaluations' work, the pick varied from one
                 # run to the next (a reduction's torch.compile time moved by 39 %, docs/evaluation.md).
                 with exclusive_gpu_lock(self.device, self.gpu):
-                    worker.request("prepare_time", **request)
+                    self.saw_peak("reference", worker.request("prepare_time", **request))
                 with exclusive_gpu_lock(self.device, self.gpu):
                     found = worker.request("time", **request)
+                self.saw_peak("reference", found)
                 found = {k: found.get(k) for k in REFERENCE_FIELDS}
                 cache.set(key, found)
             if self.device == "cuda":
@@ -865,6 +1079,7 @@ class Evaluation:
                 if ceilings is None:
                     with exclusive_gpu_lock(self.device, self.gpu):
                         ceilings = worker.request("ceilings")
+                    self.saw_peak("reference", ceilings)
                     ceilings = {k: ceilings[k] for k in ("bandwidth_bytes_s", "flops_s")}
                     cache.set(ceilings_key, ceilings)
                 found = {**found, "ceilings": ceilings}
@@ -911,7 +1126,10 @@ class Evaluation:
         if self.device == "cuda":
             reasons += unsteady_reasons(runtime, eager, compiled)
         if speedup is not None and speedup > SUSPICIOUS_SPEEDUP and not self.revalidation:
-            again = type(self)(self.problem, self.candidate, self.options, revalidation=True).run()
+            # On the same GPU: this evaluation's memory reservation covers it (admission.py).
+            again = type(self)(
+                self.problem, self.candidate, self.options, revalidation=True, gpu=self.gpu
+            ).run()
             if not again.accepted:
                 return Verdict(
                     status=again.status,

@@ -1,4 +1,5 @@
-"""The reference timing cache: eager / torch.compile medians and GPU ceilings, measured once and kept.
+"""The reference timing cache: eager / torch.compile medians and GPU ceilings, measured once and kept; and
+each problem's measured memory footprint, from which the memory admission starts (``admission.py``).
 
 diskcache with ``JSONDisk`` (values are JSON, never pickle) in a 0700 directory, keyed by everything that
 changes the number: problem hash, device name, torch / triton versions, protocol version, size and trials.

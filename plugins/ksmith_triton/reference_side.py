@@ -24,6 +24,7 @@ from ksmith_triton.child_common import (
     load_problem_module,
     make_inputs,
     make_model,
+    peak_memory_bytes,
     problem_step,
     read_command,
     serve_job,
@@ -62,7 +63,10 @@ def run_reference(channel: Channel, job: dict[str, Any]) -> int:
         if op == "exit" or op not in handlers:
             return 0
         try:
-            channel.send(op, **handlers[op](problem, device, command))
+            if device == "cuda":
+                torch.cuda.reset_peak_memory_stats()  # each answer reports its own peak (admission.py)
+            answer = handlers[op](problem, device, command)
+            channel.send(op, **answer, peak_bytes=peak_memory_bytes(device))
         except ProblemStepError as exc:  # the problem's own code failed: the user's to fix
             channel.send("error", reason=str(exc), problem_step=True, error=format_error(exc))
         except BaseException as exc:  # noqa: BLE001 - reported to the parent, which decides
@@ -90,7 +94,33 @@ def reference_info(problem: types.ModuleType, device: str, command: dict[str, An
     name = torch.cuda.get_device_name() if device == "cuda" else f"cpu {platform.machine()}"
     # The physical GPU: references are timed per GPU, never carried over from another card of the same kind.
     uuid = str(getattr(torch.cuda.get_device_properties(0), "uuid", "")) if device == "cuda" else ""
-    return {"device_name": name, "gpu_uuid": uuid, "torch": torch.__version__, "triton": triton.__version__}
+    return {
+        "device_name": name,
+        "gpu_uuid": uuid,
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "sizes": problem_sizes(problem),
+    }
+
+
+def problem_sizes(problem: types.ModuleType) -> dict[str, int]:
+    """The bytes of the problem's inputs and outputs, worked out on the meta device (no memory, no
+    compute): the driver's memory admission estimates an evaluation's footprint from them before one was
+    measured. ``{}`` where the problem's code cannot run on meta tensors (outputs alone missing: inputs only).
+    """
+    import torch
+
+    sizes: dict[str, int] = {}
+    try:
+        inputs = make_inputs(problem, 0, "meta")
+        sizes["input_bytes"] = tensor_bytes(inputs)
+        model = make_model(problem.Model, problem, 0, "meta")
+        with torch.no_grad():
+            _, outputs = flatten_outputs(model(*inputs))
+        sizes["output_bytes"] = tensor_bytes(outputs)
+    except Exception:  # noqa: BLE001 - data-dependent code, custom kernels: no estimate, measured later
+        pass
+    return sizes
 
 
 def check_sampled_calls(problem: types.ModuleType, device: str, command: dict[str, Any]) -> dict[str, Any]:

@@ -117,6 +117,21 @@ def test_bench_evaluates_every_problem_and_resumes(toy_plugin, tmp_path):
     assert saved["summary"]["problems"] == 3
 
 
+def test_a_row_says_when_its_verdict_was_judged_again_alone_after_running_out_of_memory(tmp_path):
+    from ksmith_bench.bench import _row
+    from ksmith_core.loading import load_problem
+    from ksmith_core.model import Candidate, Status, Verdict
+
+    (tmp_path / "toy.py").write_text(PROBLEM)
+    problem, candidate = load_problem(tmp_path / "toy.py"), Candidate.from_source(SEED)
+    retried = Verdict(
+        status=Status.OK, details={"oom_retried_alone": True, "oom_first_reason": "OUT_OF_MEMORY: x"}
+    )
+    assert _row(problem, candidate, retried, "eval", {})["oom_retried_alone"] is True
+    assert _row(problem, candidate, Verdict(status=Status.OK), "eval", {})["oom_retried_alone"] is False
+    assert _row(problem, None, None, "eval", {})["oom_retried_alone"] is False
+
+
 def test_bench_evolve_records_start_and_end(toy_plugin, tmp_path):
     suite = make_suite(tmp_path / "suite", {"one": 1.0})
     config = RunConfig(proposer="toy", select="greedy", budget=4, proposals_per_step=1)
@@ -125,6 +140,39 @@ def test_bench_evolve_records_start_and_end(toy_plugin, tmp_path):
     assert row["mode"] == "evolve" and row["evaluations"] == 4
     assert row["seed_speedup"] == 1.0
     assert math.isclose(row["speedup"], 1.75)
+
+
+def test_the_reserve_goes_where_the_room_is_and_is_spent_once(toy_plugin, tmp_path):
+    from ksmith_bench.bench import room
+
+    suite = make_suite(tmp_path / "suite", {"far": 0.5, "near": 2.0})
+    config = RunConfig(proposer="toy", select="greedy", budget=4, proposals_per_step=1)
+    result = Bench(tmp_path / "out", config, evolve=True, reserve=6).run(collect_problems([suite]))
+    rows = {r["problem"]: r for r in result["rows"]}
+    # The toy roofline is 4x eager: 'far' ends its first run further from it, so it gets the rounds.
+    far, near = rows["far"], rows["near"]
+    assert far["reserve_evaluations"] == 6 and [r["given"] for r in far["reserve_rounds"]] == [4, 2]
+    assert far["evaluations"] == 10 and far["speedup"] > 1.25  # better than after its first 4
+    assert "reserve_evaluations" not in near and near["evaluations"] == 4
+    assert result["summary"]["reserve_evaluations"] == {"far": 6}
+    assert room(near) == pytest.approx(4 / near["speedup"])
+
+    evaluated = len(toy_plugin.evaluated)
+    again = Bench(tmp_path / "out", config, evolve=True, reserve=6).run(collect_problems([suite]))
+    assert len(toy_plugin.evaluated) == evaluated  # resumed: the reserve was spent already
+    assert {r["problem"]: r["evaluations"] for r in again["rows"]} == {"far": 10, "near": 4}
+
+
+def test_room_is_the_gap_to_the_roofline_or_else_to_torch_compile():
+    from ksmith_bench.bench import room
+
+    row = {"mode": "evolve", "status": "ok", "stop_reason": "budget", "roofline_fraction": 0.5}
+    assert room(row) == 2.0
+    assert room({**row, "stop_reason": "near_roofline"}) is None  # nothing left to gain
+    assert room({**row, "stop_reason": "patience"}) is None
+    on_cpu = {**row, "interpreted": True, "speedup_vs_compile": 0.8}
+    assert room(on_cpu) == pytest.approx(1.25)  # interpreted: no roofline, the gap to torch.compile
+    assert room({**on_cpu, "speedup_vs_compile": 1.2}) is None
 
 
 def test_bench_table_prints_a_row_per_problem_and_lets_later_files_replace_rows(tmp_path, capsys):

@@ -142,6 +142,8 @@ ROWS = [
     (["bench", "{problem}", "-o", "{afile}"], "is a file"),
     (["bench", "{problem}", "--candidates", "{afile}"], "is a file"),
     (["bench", "{problem}", "--executor", "nope"], "unknown executor 'nope'"),
+    (["bench", "{problem}", "--reserve", "8"], "use it with --evolve"),
+    (["bench", "{problem}", "--evolve", "--reserve", "-1"], "-1 is not in the range"),
     (["bench", "{problem}", "--seed-from", "nope"], "unknown seed method 'nope'"),
     (["bench", "{problem}", "--backend", "nope"], "unknown backend 'nope'"),
     # doctor: a name that is neither a backend nor a platform

@@ -52,6 +52,22 @@ def test_every_evaluation_is_stored_with_lineage_and_trajectory(toy_plugin, toy_
     assert len(files) == 5
 
 
+def test_each_candidate_keeps_the_selection_it_was_proposed_from(toy_plugin, toy_problem, tmp_path):
+    engine, seed = start(toy_problem, tmp_path, budget=6)
+    engine.evolve(seed)
+    engine.close()
+    db = sqlite3.connect(tmp_path / "run" / "run.sqlite")
+    rows = db.execute("SELECT id, seq, meta FROM candidates ORDER BY seq").fetchall()
+    seq_of = {cid: seq for cid, seq, _ in rows}
+    metas = {cid: json.loads(meta) for cid, _, meta in rows}
+    assert "selection_mode" not in metas[seed.id]  # the seed was not proposed
+    children = [cid for cid, seq, _ in rows if seq > 1]
+    assert all(metas[c]["selection_mode"] == "improve" for c in children)
+    # The greedy selector shows the last accepted kernels as inspirations: each was stored before the child.
+    shown = [(c, i) for c in children for i in metas[c].get("inspiration_ids", [])]
+    assert shown and all(seq_of[i] < seq_of[c] for c, i in shown)
+
+
 def test_patience_stops_a_run_that_does_not_improve(toy_plugin, toy_problem, tmp_path):
     toy_plugin.step = -0.01  # every child is slower than its parent
     engine, seed = start(toy_problem, tmp_path, budget=50, patience=3, proposals_per_step=1)

@@ -195,6 +195,33 @@ def test_no_room_for_an_actor(ray_cluster, monkeypatch):
     pool.close()
 
 
+def test_an_actor_takes_as_many_jobs_as_it_has_slots(ray_cluster, test_plugins, tmp_path):
+    from ksmith_ray import executor
+
+    executor.close_pool()
+    narrow = executor.ActorPool(ray_cluster, ("test",), slots=2)
+    narrow.capacity = 1  # one actor, two slots
+    first, second = narrow.acquire(), narrow.acquire()
+    assert first is second and narrow.busy_actors() == [first]
+    third: list = []
+    waiter = threading.Thread(target=lambda: third.append(narrow.acquire()))
+    waiter.start()
+    time.sleep(1)
+    assert not third  # both slots taken: the third job waits
+    narrow.release(first)
+    waiter.join(timeout=30)
+    assert third == [first]
+    narrow.close()
+
+    # Through the executor, with --ray-slots: the verdicts are each job's own, in order.
+    speeds = [1.0, 1.5, 2.0, 2.5]
+    jobs = [job(crashy.with_speed(crashy.seed_source(sleep=0.2), s), tmp_path / "p") for s in speeds]
+    verdicts = evaluate_all(jobs, 4, "ray", {"slots": 2})
+    assert [v.speedup for v in verdicts] == speeds
+    assert pool().slots == 2 and pool().size() <= 2
+    executor.close_pool()
+
+
 # -- threads ----------------------------------------------------------------------------------------------
 
 

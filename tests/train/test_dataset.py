@@ -114,6 +114,33 @@ def test_each_step_gets_its_filter_and_the_prompt_the_llm_proposer_would_build(t
     assert repaired["mode"] == "fix"
 
 
+def test_a_step_shows_the_inspirations_its_proposer_was_shown(tmp_path):
+    from dataclasses import replace
+
+    from ksmith_core.model import freeze
+    from ksmith_core.store import RunStore
+
+    made = write_run(tmp_path / "first")
+    # The same run, with the last step proposed from a selection that showed the 'warps' kernel.
+    run = tmp_path / "run"
+    with RunStore.open(tmp_path / "first") as old:
+        meta, manifest, evaluations = old.meta(), old.manifest(), list(old.evaluations())
+        problem_text = old.problem_path.read_text()
+    store = RunStore.create(run, problem_text, meta, manifest)
+    with store:
+        for _, candidate, verdict in evaluations:
+            if candidate.id == made["stages"].id:
+                inspired = {"inspiration_ids": [made["warps"].id], "selection_mode": "improve"}
+                candidate = replace(candidate, meta=freeze(inspired))
+            store.record_evaluation(candidate, verdict)
+    rows = {row["child_id"]: row for row in read_run(run).rows}
+    stages = rows[made["stages"].id]
+    assert stages["inspiration_ids"] == [made["warps"].id]
+    prompt = stages["messages"][1]["content"]
+    assert "### Another kernel of this run" in prompt and made["warps"].source in prompt
+    assert rows[made["bigger"].id]["inspiration_ids"] == []
+
+
 def _verdict(tmp_path: Path, candidate):
     from ksmith_core.store import RunStore
 

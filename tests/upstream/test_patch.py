@@ -248,3 +248,20 @@ def test_a_float_kernel_patch_applies_and_its_test_passes(upstream, ksmith_cmd, 
         test_file, patched, "sglang.kernels.ops.attention.merge_state", tmp_path / "gen", "cpu", 2
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_check_reads_the_generated_benchmark_and_names_shapes_made_slower():
+    from ksmith_upstream.standalone import bench_cases, regressions
+
+    # The table the generated SGLang benchmark printed on the H100 (benchmarks/results/h100-2026-11-23/upstream).
+    output = (
+        "case                                                          original (us)  evolved (us)  speedup\n"
+        "batch_size=7, pool_size=16, max_context_len=1000, page_size=1, seq_len_delta=0"
+        "          19.86          8.24    2.41x\n"
+        "batch_size=256, pool_size=512, max_context_len=8192, page_size=1, seq_len_delta=0"
+        "          20.28         23.15    0.88x\n"
+    )
+    cases = bench_cases(output)
+    assert [c["speedup"] for c in cases] == [2.41, 0.88]
+    assert cases[1]["case"].startswith("batch_size=256") and cases[1]["evolved_us"] == 23.15
+    assert [c["speedup"] for c in regressions(cases)] == [0.88]
