@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
+SHIPPED = REPO / "plugins" / "ksmith_problems" / "problems"
 DIM = 4096
 FACTORS = (1.0, 0.8, 1.2, 0.9)  # one problem of each kind per factor: distinct sizes, distinct problems
 
@@ -72,7 +73,8 @@ def get_init_inputs():
     return []
 '''
 
-KINDS: dict[str, dict[str, str]] = {
+# Each kind: its Model expression and its seed (source text, or the shipped seed file of the same Model).
+KINDS: dict[str, dict[str, Any]] = {
     "scale_add": {
         "doc": "y = 2 x + 1, elementwise",
         "expression": "x * 2.0 + 1.0",
@@ -103,60 +105,14 @@ class ModelNew(nn.Module):
         "doc": "Row softmax over the last dim",
         "expression": "torch.softmax(x, dim=-1)",
         "extra": "",
-        "seed": """import torch
-import torch.nn as nn
-import triton
-import triton.language as tl
-
-
-@triton.jit
-def _softmax_kernel(x_ptr, out_ptr, n_cols, x_stride, out_stride, BLOCK_SIZE: tl.constexpr):
-    row = tl.program_id(0).to(tl.int64)
-    cols = tl.arange(0, BLOCK_SIZE)
-    mask = cols < n_cols
-    x = tl.load(x_ptr + row * x_stride + cols, mask=mask, other=float("-inf"))
-    numerator = tl.exp(x - tl.max(x, axis=0))
-    tl.store(out_ptr + row * out_stride + cols, numerator / tl.sum(numerator, axis=0), mask=mask)
-
-
-class ModelNew(nn.Module):
-    def forward(self, x):
-        out = torch.empty_like(x)
-        n_rows, n_cols = x.shape
-        _softmax_kernel[(n_rows,)](
-            x, out, n_cols, x.stride(0), out.stride(0), BLOCK_SIZE=triton.next_power_of_2(n_cols), num_warps=8
-        )
-        return out
-""",
+        "seed": SHIPPED / "softmax" / "softmax.seed.py",  # the suite's own seed: same Model
     },
     "row_sum": {
         "doc": "Sum over the last dim, one value per row",
         "expression": "torch.sum(x, dim=-1)",
         # Sums of 4096 values in another order differ by a few 1e-5 (as the suite's sum_reduction).
         "extra": 'KSMITH_TOLERANCES = {"float32": [1e-3, 1e-4]}\n',
-        "seed": """import torch
-import torch.nn as nn
-import triton
-import triton.language as tl
-
-
-@triton.jit
-def _row_sum_kernel(x_ptr, out_ptr, n_cols, row_stride, BLOCK_SIZE: tl.constexpr):
-    row = tl.program_id(0).to(tl.int64)
-    acc = tl.zeros([BLOCK_SIZE], dtype=tl.float32)
-    for start in range(0, n_cols, BLOCK_SIZE):
-        cols = start + tl.arange(0, BLOCK_SIZE)
-        acc += tl.load(x_ptr + row * row_stride + cols, mask=cols < n_cols, other=0.0)
-    tl.store(out_ptr + row, tl.sum(acc, axis=0))
-
-
-class ModelNew(nn.Module):
-    def forward(self, x):
-        n_rows, n_cols = x.shape
-        out = torch.empty(n_rows, device=x.device, dtype=x.dtype)
-        _row_sum_kernel[(n_rows,)](x, out, n_cols, x.stride(0), BLOCK_SIZE=1024, num_warps=4)
-        return out
-""",
+        "seed": SHIPPED / "reduction" / "sum_reduction.seed.py",  # the suite's own seed: same Model
     },
 }
 
@@ -175,7 +131,8 @@ def write_suite(directory: Path, args: argparse.Namespace) -> list[dict[str, Any
                 doc=parts["doc"], rows=rows, dim=dim, expression=parts["expression"], extra=parts["extra"]
             )
             (directory / f"{name}.py").write_text(source)
-            (directory / f"{name}.seed.py").write_text(parts["seed"])
+            seed = parts["seed"]
+            (directory / f"{name}.seed.py").write_text(seed.read_text() if isinstance(seed, Path) else seed)
             written.append(
                 {"problem": name, "kind": kind, "rows": rows, "dim": dim, "input_gib": rows * dim * 4 / 2**30}
             )

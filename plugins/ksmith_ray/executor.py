@@ -172,26 +172,16 @@ class ActorPool:
         while True:
             with self._cond:
                 while True:
-                    free = [
-                        (load, n) for n, (actor, load) in enumerate(self._load.items()) if load < self.slots
-                    ]
-                    if free:
-                        actor = list(self._load)[min(free)[1]]
+                    open_actors = [actor for actor, load in self._load.items() if load < self.slots]
+                    if open_actors:
+                        actor = min(open_actors, key=self._load.__getitem__)
                         self._load[actor] += 1
                         return actor
                     if len(self._load) + self._starting < self.capacity:
                         self._starting += 1
                         break
                     self._cond.wait()
-            actor = None
-            try:
-                actor = self._start()
-            finally:
-                with self._cond:
-                    self._starting -= 1
-                    if actor is not None:
-                        self._load[actor] = 1
-                    self._cond.notify_all()
+            actor = self._start_reserved(load=1)
             if actor is not None:
                 return actor
 
@@ -202,18 +192,22 @@ class ActorPool:
                 if len(self._load) + self._starting >= self.capacity:
                     break
                 self._starting += 1
-            actor = None
-            try:
-                actor = self._start()
-            finally:
-                with self._cond:
-                    self._starting -= 1
-                    if actor is not None:
-                        self._load[actor] = 0
-                    self._cond.notify_all()
-            if actor is None:
+            if self._start_reserved(load=0) is None:
                 break
         return self.actors()
+
+    def _start_reserved(self, load: int) -> Any | None:
+        """Start the actor a caller counted in ``_starting``; it joins the pool carrying ``load`` jobs."""
+        actor = None
+        try:
+            actor = self._start()
+        finally:
+            with self._cond:
+                self._starting -= 1
+                if actor is not None:
+                    self._load[actor] = load
+                self._cond.notify_all()
+        return actor
 
     def _start(self) -> Any | None:
         """A new actor, started and answering; ``None`` if there is no room for it but others exist."""
