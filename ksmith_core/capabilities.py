@@ -96,6 +96,9 @@ class Backend:
     name: str
     evaluate: Callable[[Problem, Candidate, EvalOptions], Verdict]
     description: str = ""
+    # What its candidates are written in, for proposers' prompts: "triton" (a module of @triton.jit kernels)
+    # or "cuda" (CUDA C++ built with load_inline; MACA C++ on a MetaX platform).
+    language: str = "triton"
 
 
 @dataclass(frozen=True)

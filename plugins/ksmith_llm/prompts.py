@@ -4,21 +4,97 @@ Every prompt carries the problem (the PyTorch reference), the hardware it will r
 candidate must follow; an improve or fix prompt adds the parent kernel with its verdict and feedback and the
 best and a few diverse other kernels of the run. The answer format is SEARCH/REPLACE blocks (the format aider
 and OpenEvolve use), with a full module in one ```python block as the fallback.
+
+Every prompt names the language the candidate is written in (:func:`language_for`): the problem's backend
+says it (``Backend.language``: Triton, or CUDA C++ built with ``load_inline``) and the platform says how
+(mcTriton and MACA C++ with 64-lane warps on MetaX). The rules, the task and the rewrite format follow it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from ksmith_core.model import Problem, Scored, Selection
 
 Message = dict[str, str]
 
-SYSTEM_PROMPT = (
-    "You are an expert GPU kernel engineer. You make PyTorch modules faster by writing Triton kernels, one "
-    "careful, measurable change at a time, and you never change what a module computes."
+
+@dataclass(frozen=True)
+class Language:
+    """What a candidate is written in, as the prompts say it."""
+
+    name: str  # "Triton", "Triton (mcTriton)", "CUDA C++", "MACA C++"
+    kernels: str  # how rules and tasks name the kernels
+    module_parts: str  # what a complete module holds (the rewrite format)
+    rules: tuple[str, ...]  # the language's own rules, beside the common ones
+
+    def system_prompt(self) -> str:
+        return (
+            f"You are an expert GPU kernel engineer. You make PyTorch modules faster by writing {self.name} "
+            "kernels, one careful, measurable change at a time, and you never change what a module computes."
+        )
+
+
+TRITON = Language(
+    name="Triton",
+    kernels="Triton kernels",
+    module_parts="imports, the @triton.jit kernel(s) and class ModelNew",
+    rules=(
+        "- forward launches @triton.jit kernels (import torch, triton, triton.language as tl).",
+        "- Never hard-code device='cuda'; keep tunables (BLOCK_SIZE, num_warps, num_stages) as literal",
+        "  keyword arguments at the launch site, and size grids with triton.cdiv.",
+    ),
 )
+
+CUDA_CPP_RULES = (
+    "- The kernels are CUDA C++ in string constants of the module, built with",
+    "  torch.utils.cpp_extension.load_inline(name=..., cpp_sources=..., cuda_sources=..., functions=[...]);",
+    "  forward calls the extension's functions. The host code only checks inputs, allocates outputs",
+    "  (torch::empty_like) and launches kernels on c10::cuda::getCurrentCUDAStream(): no torch or ATen math,",
+    "  no cuBLAS, cuDNN or other library that computes for you.",
+    "- Keep launch parameters as named integer constants (constexpr int THREADS = 256;) and derive grids",
+    "  from them, so they can be tuned.",
+)
+
+SYSTEM_PROMPT = TRITON.system_prompt()  # the prompt of a Triton run, the default
+
+
+def language_for(problem: Problem, hardware: Mapping[str, Any]) -> Language:
+    """The language of ``problem``'s candidates: its backend's (``Backend.language``), on the run's platform."""
+    from ksmith_core.capabilities import Backend
+    from ksmith_core.registry import lookup
+
+    try:
+        language = lookup(Backend, problem.backend).language
+    except Exception:  # noqa: BLE001 - an unregistered backend (a test's): Triton, the default
+        language = "triton"
+    metax = hardware.get("accelerator") == "metax" or hardware.get("vendor") == "MetaX"
+    warp = hardware.get("warp_size") or (64 if metax else 32)
+    if language == "cuda":
+        name = "MACA C++" if metax else "CUDA C++"
+        rules = CUDA_CPP_RULES
+        if metax:
+            rules += (
+                "- MetaX MACA: the CUDA source is compiled by mxcc through cu-bridge. A warp is "
+                f"{warp} threads: use warpSize, not 32, in shuffles, masks and lane arithmetic.",
+            )
+        return Language(
+            name=name,
+            kernels=f"{name} kernels (__global__ functions)",
+            module_parts="imports, the source string(s), the load_inline call and class ModelNew",
+            rules=rules,
+        )
+    if metax:
+        return Language(
+            name="Triton (mcTriton)",
+            kernels="Triton kernels, compiled by MetaX's mcTriton",
+            module_parts=TRITON.module_parts,
+            rules=TRITON.rules,
+        )
+    return TRITON
+
 
 # Inspirations are shown whole; beyond this many characters each, only their verdict is shown.
 MAX_INSPIRATION_CHARS = 6000
@@ -40,8 +116,8 @@ in a single ```python block."""
 
 REWRITE_FORMAT = """\
 ## Answer format
-One line saying what the kernel does, then the complete module in a single ```python block: imports, the
-@triton.jit kernel(s) and class ModelNew. Nothing after the block."""
+One line saying what the kernel does, then the complete module in a single ```python block: {parts}.
+Nothing after the block."""
 
 
 # What the platform seam adds to a run's hardware facts (ksmith_core.platform.PlatformFacts.summary): said in
@@ -95,16 +171,17 @@ def platform_lines(hardware: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def rules_text(problem: Problem) -> str:
+def rules_text(problem: Problem, language: Language = TRITON) -> str:
+    where = "inside " + language.kernels
     if problem.allowed_ops:
         torch_rule = (
             "- forward may call these torch ops besides launching your kernels: "
             + ", ".join(sorted(problem.allowed_ops))
-            + "; every other computation happens inside Triton kernels."
+            + f"; every other computation happens {where}."
         )
     else:
         torch_rule = (
-            "- No torch computation in forward: all arithmetic happens inside Triton kernels. Allocating outputs "
+            f"- No torch computation in forward: all arithmetic happens {where}. Allocating outputs "
             "(torch.empty_like, torch.empty(..., device=x.device)) and reading shapes and strides is fine."
         )
     return "\n".join(
@@ -112,10 +189,8 @@ def rules_text(problem: Problem) -> str:
             "## Rules",
             "- The module defines class ModelNew(nn.Module) with the same __init__ and forward signature as Model,",
             "  and returns the same outputs (same shapes, dtypes, values within tolerance).",
-            "- forward launches @triton.jit kernels (import torch, triton, triton.language as tl).",
+            *language.rules,
             torch_rule,
-            "- Never hard-code device='cuda'; keep tunables (BLOCK_SIZE, num_warps, num_stages) as literal",
-            "  keyword arguments at the launch site, and size grids with triton.cdiv.",
             "- Do not define Model, get_inputs or get_init_inputs: they come from the problem.",
         ]
     )
@@ -163,12 +238,13 @@ def improve_messages(
     """
     fixing = selection.mode == "fix" or not parent.verdict.accepted
     feedback = parent.feedback or _verdict_line(parent)
+    language = language_for(problem, hardware)
     sections = [
         "## Problem: the PyTorch reference to match",
         _code(problem.source),
         "## Hardware",
         hardware_text(hardware, device),
-        rules_text(problem),
+        rules_text(problem, language),
         "## Current kernel",
         _code(parent.candidate.source),
         "### Its verdict",
@@ -191,26 +267,34 @@ def improve_messages(
     sections += [task, EDIT_FORMAT]
     if hints.strip():
         sections.append("## Hints\n" + hints.strip())
-    return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": "\n\n".join(sections)}]
+    return _messages(language, sections)
+
+
+def _messages(language: Language, sections: list[str]) -> list[Message]:
+    return [
+        {"role": "system", "content": language.system_prompt()},
+        {"role": "user", "content": "\n\n".join(sections)},
+    ]
 
 
 def seed_messages(
     problem: Problem, hardware: Mapping[str, Any], device: str, hints: str = ""
 ) -> list[Message]:
     """The conversation asking for a first working ``ModelNew`` for a problem that ships no seed."""
+    language = language_for(problem, hardware)
     sections = [
         "## Problem: the PyTorch reference to match",
         _code(problem.source),
         "## Hardware",
         hardware_text(hardware, device),
-        rules_text(problem),
-        "## Task\nWrite a first, simple and correct Triton implementation of this Model as class ModelNew. "
-        "Correctness first: a plain kernel that matches the reference is the goal.",
-        REWRITE_FORMAT,
+        rules_text(problem, language),
+        f"## Task\nWrite a first, simple and correct {language.name} implementation of this Model as class "
+        "ModelNew. Correctness first: a plain kernel that matches the reference is the goal.",
+        REWRITE_FORMAT.format(parts=language.module_parts),
     ]
     if hints.strip():
         sections.append("## Hints\n" + hints.strip())
-    return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": "\n\n".join(sections)}]
+    return _messages(language, sections)
 
 
 def repair_message(failures: list[str], hints: list[str]) -> Message:

@@ -24,6 +24,7 @@ from ksmith_mutate.gemm_configs import (
     gemm_config_changes,
     tile_names,
 )
+from ksmith_mutate.native import NATIVE_KINDS, native_changes
 from ksmith_mutate.source_model import (
     DOT_AXIS,
     GROUP_NAMES,
@@ -54,6 +55,7 @@ EDIT_KINDS = (
     "math",
     "dot_precision",
     "launch_option",
+    *NATIVE_KINDS,
 )
 
 NUM_WARPS_LADDER = (1, 2, 4, 8, 16, 32)
@@ -89,6 +91,8 @@ class Limits:
     launch_options: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     features: frozenset[str] = frozenset({"tma"})
     platform: str = "nvidia"
+    warp_size: int = 32
+    native_compiler: str | None = "nvcc"  # the compiler of native sources: which flags are worth proposing
 
     @classmethod
     def from_platform(cls, facts: Any) -> Limits:
@@ -99,6 +103,8 @@ class Limits:
             launch_options=dict(facts.launch_options),
             features=frozenset(facts.features),
             platform=facts.platform,
+            warp_size=facts.warp_size,
+            native_compiler=facts.native_compiler.name if facts.native_compiler is not None else None,
         )
 
 
@@ -258,6 +264,10 @@ def _all_changes(model: SourceModel, limits: Limits) -> Iterator[_Change]:
         yield from _hint_changes(kernel)
         yield from _math_changes(kernel)
         yield from _dot_precision_changes(kernel)
+    for kind, description, pairs, safer, detail in native_changes(
+        model.module, limits.warp_size, limits.native_compiler
+    ):
+        yield _change(kind, description, pairs, safer=safer, detail=detail)
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -102,12 +102,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import libcst as cst
+
 from ksmith_core import hookimpl
 from ksmith_core.capabilities import Proposer
 from ksmith_core.model import Proposal, Scored, Selection, source_id
 from ksmith_core.novelty import fingerprint
 from ksmith_mutate.bandit import EditBandit, reward_for
-from ksmith_mutate.edits import EDIT_KINDS, Edit, EditRenderError, possible_edits
+from ksmith_mutate.edits import EDIT_KINDS, Edit, EditRenderError, platform_limits, possible_edits
+from ksmith_mutate.native import why_no_native_edit
 from ksmith_mutate.source_model import MutateSourceError, launch_config
 
 NAME = "mutate"
@@ -359,8 +362,24 @@ def _pick_edit(
     if listed.get(parent_id, 1):  # a list handed in ready-made counts as offered
         note("all_edits_tried", f"every edit of {parent_id} was already evaluated or proposed")
     else:
-        note("no_edit", f"{parent_id} offers nothing to tune (no tunable literal, or not Python)")
+        native = _native_reason(plan.parent.candidate.source)
+        note(
+            "no_edit",
+            f"{parent_id}: {native}"
+            if native
+            else f"{parent_id} offers nothing to tune (no tunable literal, or not Python)",
+        )
     return None
+
+
+def _native_reason(source: str) -> str | None:
+    """For a native (CUDA C++) parent with nothing to edit: what mutate looked for and could not read."""
+    try:
+        module = cst.parse_module(source)
+    except cst.ParserSyntaxError:
+        return None
+    limits = platform_limits()
+    return why_no_native_edit(module, limits.warp_size, limits.native_compiler)
 
 
 MUTATE = Proposer(

@@ -11,6 +11,7 @@ CUDA = Backend(
     evaluate,
     "C++/CUDA kernels built with torch.utils.cpp_extension.load_inline (KernelBench's CUDA format), judged "
     "under the Triton backend's protocol",
+    language="cuda",
 )
 
 

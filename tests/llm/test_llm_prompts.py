@@ -108,3 +108,39 @@ def test_user_hints_are_added_to_every_prompt(tmp_path):
     assert improve[1]["content"].endswith("## Hints\n" + hint)
     assert prompts.seed_messages(run.problem, {}, "cpu", hint)[1]["content"].endswith("## Hints\n" + hint)
     assert "## Hints" not in prompts.seed_messages(run.problem, {}, "cpu")[1]["content"]
+
+
+def test_the_prompt_names_the_candidates_language_and_platform(tmp_path):
+    """Triton on NVIDIA, Triton on MACA, CUDA C++ and MACA C++: the backend says the language (``--backend
+    cuda`` makes it C++ built with load_inline), the platform says how."""
+    from dataclasses import replace
+
+    from ksmith_core.platform import PlatformSignals, platform_facts
+
+    run = vector_add_run(tmp_path / "run")
+    scored, _ = run.add(seed_candidate(), _ok(1.0))
+    seen = {}
+    for backend in ("triton", "cuda"):
+        problem = replace(run.problem, backend=backend)
+        for triton_backend in ("cuda", "maca"):
+            facts = platform_facts(signals=PlatformSignals(triton_backend=triton_backend, device_name="GPU"))
+            hardware = {"name": "GPU", **facts.summary()}
+            improve = prompts.improve_messages(
+                problem, Selection(parents=(scored,)), scored, None, hardware, "cuda"
+            )
+            seed = prompts.seed_messages(problem, hardware, "cuda")
+            seen[backend, triton_backend] = (improve[0]["content"], improve[1]["content"], seed[1]["content"])
+    system, text, seed = seen["triton", "cuda"]
+    assert "writing Triton kernels" in system and "forward launches @triton.jit kernels" in text
+    assert "load_inline" not in text and "correct Triton implementation" in seed
+    system, text, seed = seen["triton", "maca"]
+    assert "Triton (mcTriton)" in system and "compiled by MetaX's mcTriton" in text
+    system, text, seed = seen["cuda", "cuda"]
+    assert "writing CUDA C++ kernels" in system
+    assert "torch.utils.cpp_extension.load_inline" in text and "forward launches @triton.jit" not in text
+    assert "all arithmetic happens inside CUDA C++ kernels (__global__ functions)" in text
+    assert "no cuBLAS, cuDNN" in text and "mxcc" not in text
+    assert "correct CUDA C++ implementation" in seed and "the load_inline call and class ModelNew" in seed
+    system, text, seed = seen["cuda", "maca"]
+    assert "writing MACA C++ kernels" in system
+    assert "compiled by mxcc through cu-bridge" in text and "use warpSize, not 32" in text

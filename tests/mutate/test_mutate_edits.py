@@ -51,15 +51,17 @@ def test_every_edit_reparses_and_touches_one_statement(name):
 
 
 def test_every_kind_applies_to_the_test_kernels():
-    """Every kind applies somewhere: on NVIDIA all but launch_option, which only a platform with extra Triton
-    options (MetaX) offers (tests/platforms/test_mutate_on_platforms.py)."""
+    """Every Triton kind applies somewhere: on NVIDIA all but launch_option, which only a platform with extra
+    Triton options (MetaX) offers (tests/platforms/test_mutate_on_platforms.py). The native kinds apply to CUDA
+    C++ candidates (tests/mutate/test_mutate_native.py)."""
     from ksmith_core.platform import PlatformSignals, platform_facts
     from ksmith_mutate.edits import Limits
+    from ksmith_mutate.native import NATIVE_KINDS
 
     nvidia = Limits.from_platform(platform_facts(signals=PlatformSignals(triton_backend="cuda")))
     metax = Limits.from_platform(platform_facts(signals=PlatformSignals(triton_backend="maca")))
     kinds = {e.kind for name in KERNEL_NAMES for e in possible_edits(seed_source(name), None, nvidia)}
-    assert kinds == set(EDIT_KINDS) - {"launch_option"}
+    assert kinds == set(EDIT_KINDS) - {"launch_option"} - set(NATIVE_KINDS)
     assert {e.kind for e in possible_edits(seed_source(KERNEL_NAMES[0]), None, metax)} >= {"launch_option"}
 
 

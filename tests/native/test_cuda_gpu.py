@@ -35,7 +35,7 @@ def judge(problem, source: str):
     return evaluate(with_backend(problem, "cuda"), Candidate.from_source(source), OPTIONS)
 
 
-@pytest.mark.parametrize("name", ["relu", "softmax"])
+@pytest.mark.parametrize("name", ["relu", "softmax", "rmsnorm"])
 def test_the_cuda_seeds_are_accepted_with_a_speedup(name):
     verdict = judge(resolve_problem(name), cuda_seed(name))
     assert verdict.status.value == "ok", (verdict.reasons, verdict.error)
