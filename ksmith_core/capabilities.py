@@ -90,14 +90,13 @@ class Backend:
     and by ``ksmith eval``. It must never raise for anything the candidate did: a crash, hang or cheat
     becomes a :class:`~ksmith_core.model.Verdict` with the matching status and ``reasons``; it raises
     :class:`~ksmith_core.errors.ProblemError` only when the *problem* cannot be evaluated. It may be called
-    from several threads at once, so implementations serialise their own timing.
+    from several threads at once, so implementations serialise their own timing. ``language`` is what its
+    candidates are written in, read by proposers: ``"triton"`` or ``"cuda"`` (C++ built with ``load_inline``).
     """
 
     name: str
     evaluate: Callable[[Problem, Candidate, EvalOptions], Verdict]
     description: str = ""
-    # What its candidates are written in, for proposers' prompts: "triton" (a module of @triton.jit kernels)
-    # or "cuda" (CUDA C++ built with load_inline; MACA C++ on a MetaX platform).
     language: str = "triton"
 
 

@@ -54,6 +54,10 @@ Edit kinds (the arms of the bandit):
 ``launch_option``
     The platform's extra Triton compile options set, changed or removed at a plain kernel's launch: MetaX's
     ``pipeline`` and ``scenario``; none on NVIDIA, whose Triton rejects unknown options.
+``native_block``, ``native_grid``, ``native_unroll``, ``native_fast_math``
+    Native candidates (CUDA C++ built with ``load_inline``, the ``cuda`` backend): threads per block, a
+    grid-stride launch's grid cap, ``#pragma unroll`` and ``--use_fast_math`` (:mod:`ksmith_mutate.native`).
+    A native parent none of them applies to is dropped as ``no_edit`` with what mutate could not read.
 
 Platform limits (:class:`ksmith_mutate.edits.Limits`, from :mod:`ksmith_core.platform`; NVIDIA's where no
 platform is detected): the ``num_warps`` ladder, the ``num_stages`` range, shared memory (tile growth and GEMM
@@ -385,6 +389,6 @@ def _native_reason(source: str) -> str | None:
 MUTATE = Proposer(
     NAME,
     propose,
-    "Offline structured edits of Triton source (libcst), chosen by a bandit over measured gains",
+    "Offline structured edits of Triton and CUDA C++ sources (libcst), chosen by a bandit over measured gains",
     default=True,
 )

@@ -189,8 +189,9 @@ def test_gpu_legit_kernel_is_timed_against_both_references(reference_cache):
     verdict = evaluate(problem("scale_add"), candidate("scale_add_ok"), _gpu_options(reference_cache))
     assert verdict.status is Status.OK, verdict.reasons
     assert not verdict.interpreted and verdict.device == "cuda"
-    # 100 timed calls, all checked; the reported time is the median over those on fresh inputs (about a third).
-    assert verdict.details["timing"]["calls"] >= 100
+    # About 100 timed calls (0.8 to 1.2 times the asked number, drawn as the loop goes: timing.py), all checked;
+    # the reported time is the median over those on fresh inputs (about a third).
+    assert 80 <= verdict.details["timing"]["calls"] <= 120
     assert 8 <= verdict.runtime.trials < verdict.details["timing"]["calls"]
     assert verdict.speedup and verdict.speedup_vs_compile and verdict.roofline_fraction
     assert 0 < verdict.roofline_fraction <= 1.5
