@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -48,6 +49,7 @@ def main() -> None:
     parser.add_argument("--max-steps", type=int, default=300)
     parser.add_argument("--steps", choices=["kept", "correct"], default="kept")
     parser.add_argument("--compare-budget", type=int, default=12)
+    parser.add_argument("--parallel", type=int, default=4, help="evaluations at once in each run")
     parser.add_argument("--max-tokens", type=int, default=1024)
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda", help="cpu: a smoke test only")
     args = parser.parse_args()
@@ -63,27 +65,57 @@ def main() -> None:
                 problem,
                 "--budget",
                 str(args.budget),
+                "--parallel",
+                str(args.parallel),
                 "--device",
                 args.device,
                 "--run-dir",
                 str(run_dir),
             )
+    # Each stage's result is kept in OUT/train_sft.json as it lands, so a rerun with the same --out resumes.
+    saved_path = out / "train_sft.json"
+    saved = json.loads(saved_path.read_text()) if saved_path.exists() else {}
+
+    def save(**parts) -> None:
+        saved.update(parts, args=vars(args) | {"out": str(out)})
+        saved_path.write_text(json.dumps(saved, indent=2, default=str))
+
     print("2. dataset", flush=True)
-    card = ksmith("dataset", str(out / "runs"), "-o", str(out / "data"), "--test-fraction", "0")
+    if "card" not in saved:
+        save(card=ksmith("dataset", str(out / "runs"), "-o", str(out / "data"), "--test-fraction", "0"))
+    card = saved["card"]
     print(f"  {card['steps']} steps, {card['kept']} kept, filters {card['filters']}", flush=True)
     print("3. sft", flush=True)
-    record = ksmith(
-        "train", "sft", "--model", args.model, "--data", str(out / "data"), "--steps", args.steps,
-        "--max-steps", str(args.max_steps), "-o", str(out / "adapter"),
-    )  # fmt: skip
+    if "sft" not in saved:
+        save(
+            sft=ksmith(
+                "train",
+                "sft",
+                "--model",
+                args.model,
+                "--data",
+                str(out / "data"),
+                "--steps",
+                args.steps,
+                "--max-steps",
+                str(args.max_steps),
+                "-o",
+                str(out / "adapter"),
+            )  # fmt: skip
+        )
+    record = saved["sft"]
     print("4. compare", flush=True)
-    comparison = []
+    comparison = saved.get("comparison", [])
     for problem in args.compare:
+        if any(row["problem"] == problem for row in comparison):
+            continue
         row = {"problem": problem}
         for label, model in (("base", args.model), ("adapter", str(out / "adapter"))):
+            shutil.rmtree(out / "compare" / f"{label}-{problem}", ignore_errors=True)  # an interrupted one
             summary = ksmith(
                 "evolve", problem, "--proposer", "llm", "--llm-model", model, "--llm-option",
                 f"max_tokens={args.max_tokens}", "--budget", str(args.compare_budget), "--device", args.device,
+                "--parallel", str(args.parallel),
                 "--run-dir", str(out / "compare" / f"{label}-{problem}"),
             )  # fmt: skip
             best = summary.get("best") or {}
@@ -94,8 +126,8 @@ def main() -> None:
                 "dropped": summary["dropped"]["total"],
             }
         comparison.append(row)
-    result = {"card": card, "sft": record, "comparison": comparison, "args": vars(args) | {"out": str(out)}}
-    (out / "train_sft.json").write_text(json.dumps(result, indent=2, default=str))
+        save(comparison=comparison)
+    print(f"  sft: {json.dumps(record, default=str)[:600]}", flush=True)
     print(
         "\n| problem | base best | adapter best | base ok/evals | adapter ok/evals | dropped base/adapter |"
     )

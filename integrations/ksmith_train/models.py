@@ -116,6 +116,10 @@ def load_for_inference(path: str | Path, what: str = "the transformers backend")
         model, tokenizer = load_base(path, what)
         name = path.name
     model.eval()
+    import torch
+
+    if torch.cuda.is_available():  # a GPU beside the evaluations: generation there, not on the host's cores
+        model.to("cuda")
     return model, tokenizer, name
 
 

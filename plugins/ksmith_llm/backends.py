@@ -320,7 +320,7 @@ class TransformersGenerator:
 
         inputs = self.tokenizer.apply_chat_template(
             conversation, add_generation_prompt=True, return_tensors="pt", return_dict=True
-        )
+        ).to(self.hf_model.device)
         sampling = self.settings.temperature > 0
         kwargs: dict[str, Any] = {
             "max_new_tokens": self.settings.max_tokens,
