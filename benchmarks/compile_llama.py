@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -80,20 +81,38 @@ TINY = dict(
 )
 
 
-def ksmith(*args: object) -> subprocess.CompletedProcess:
+def ksmith(*args: object, timeout: float | None = None) -> subprocess.CompletedProcess:
+    """Run a ksmith command; past ``timeout`` seconds its whole process group is stopped (a bench resumes)."""
     cmd = [sys.executable, "-c", "from ksmith_core.cli import main; main()", *map(str, args)]
     print("+ ksmith", " ".join(map(str, args)), flush=True)
-    return subprocess.run(cmd, capture_output=True, text=True)
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            out, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            out, err = proc.communicate()
+        err += f"\nstopped after {timeout:.0f} s (rerun with the same --out to resume)"
+        print(f"  stopped after {timeout:.0f} s; evolved so far goes into the library", flush=True)
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
-def build_library(model_file: Path, work: Path, device: str, budget: int, parallel: int) -> Path:
+def build_library(
+    model_file: Path, work: Path, device: str, budget: int, parallel: int, bench_seconds: float | None = None
+) -> Path:
     problems, bench_out, library = work / "problems", work / "bench", work / "library"
-    proc = ksmith("harvest", model_file, "-o", problems, "--device", device, "--json")
-    if proc.returncode != 0:
-        raise SystemExit(f"harvest failed: {proc.stderr.strip()}")
+    if not (problems.is_dir() and any(problems.glob("*.py"))):  # harvested already: a resumed bench
+        proc = ksmith("harvest", model_file, "-o", problems, "--device", device, "--json")
+        if proc.returncode != 0:
+            raise SystemExit(f"harvest failed: {proc.stderr.strip()}")
     proc = ksmith(
         "bench", problems, "--evolve", "--seed-from", "inductor", "--budget", budget,
-        "--parallel", parallel, "--device", device, "-o", bench_out, "--json",
+        "--parallel", parallel, "--device", device, "-o", bench_out, "--json", timeout=bench_seconds,
     )  # fmt: skip
     (work / "bench.log").write_text(proc.stdout + proc.stderr)
     library.mkdir(parents=True, exist_ok=True)
@@ -170,6 +189,10 @@ def main() -> None:
     parser.add_argument("--tiny", action="store_true", help="a one-layer hidden-64 model (smoke test)")
     parser.add_argument("--layers", type=int, default=None, help="override num_hidden_layers (1: one layer)")
     parser.add_argument("--reuse", action="store_true", help="keep a shape's library if it exists")
+    parser.add_argument(
+        "--bench-seconds", type=float, default=None,
+        help="stop the bench after this long and time the model with the regions evolved so far (resumes)",
+    )  # fmt: skip
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--reps", type=int, default=50)
     args = parser.parse_args()
@@ -187,7 +210,9 @@ def main() -> None:
         model_file.write_text(MODEL_FILE.format(config=config, dtype=args.dtype, batch=batch, seq=seq))
         library = work / "library"
         if not (args.reuse and library.is_dir()):
-            library = build_library(model_file, work, args.device, args.budget, args.parallel)
+            library = build_library(
+                model_file, work, args.device, args.budget, args.parallel, args.bench_seconds
+            )
         result = measure(model_file, library, args.device, args.warmup, args.reps)
         all_results["shapes"][shape] = result
         (args.out / "results.json").write_text(json.dumps(all_results, indent=2))

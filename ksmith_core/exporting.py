@@ -17,7 +17,7 @@ def export_from_run(run_spec: str, target: str, output: Path, candidate_id: str 
     with RunStore.open(resolve_run(run_spec)) as store:
         found = store.get(candidate_id) if candidate_id else store.best()
         if found is None:
-            what = f"candidate {candidate_id}" if candidate_id else "an accepted candidate"
+            what = f"candidate {candidate_id}" if candidate_id else "accepted candidate"
             raise KsmithError(f"run {run_spec} has no {what}")
         candidate, verdict = found
         problem = load_problem(store.problem_path, name=store.meta().get("problem"))

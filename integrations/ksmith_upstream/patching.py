@@ -46,9 +46,18 @@ class RunFacts:
 
 
 def load_run(run: str) -> RunFacts:
-    from ksmith_core.store import RunStore, resolve_run
+    from ksmith_core.store import resolve_run
 
     run_dir = resolve_run(run)
+    try:
+        return _load_run(run, run_dir)
+    except OSError as exc:  # a run directory copied without its files
+        raise UpstreamError(f"run {run} is incomplete: {exc.filename or exc} is missing") from None
+
+
+def _load_run(run: str, run_dir: Path) -> RunFacts:
+    from ksmith_core.store import RunStore
+
     with RunStore.open(run_dir) as store:
         problem_source = store.problem_path.read_text(encoding="utf-8")
         provenance = read_provenance(problem_source, f"run {run}")
@@ -114,6 +123,8 @@ class Codemod:
     evolved_launcher: str
     applies_fn: str
     changed: list[str]  # upstream names whose evolved versions were added
+    fast_case: dict  # the sweep case the generated test checks takes the fast path (inside any size gate)
+    gate: SizeGate | None = None
 
 
 def _check_harness(cand: cst.Module, ex: Extraction, recipe: Recipe) -> None:
@@ -138,9 +149,15 @@ def _docstring(text: str) -> cst.SimpleStatementLine:
 
 
 def codemod(
-    ex: Extraction, recipe: Recipe, candidate_source: str, sizes: dict, baseline: str | None = None
+    ex: Extraction,
+    recipe: Recipe,
+    candidate_source: str,
+    sizes: dict,
+    baseline: str | None = None,
+    gate: SizeGate | None = None,
 ) -> Codemod:
-    """Add what ``candidate_source`` changed to the launcher's module, behind the dispatch predicate.
+    """Add what ``candidate_source`` changed to the launcher's module, behind the dispatch predicate (the
+    recipe's conditions, and the measured size range of ``gate`` when given).
 
     "Changed" is measured against ``baseline``, the upstream code as imported (the run's problem file), so that
     with ``--rebase`` only the evolved definitions are carried and everything else stays the new upstream's.
@@ -250,7 +267,7 @@ def codemod(
         added.append(node)
 
     params = ex.parameters()
-    conditions = [c.format(**sizes) for c in recipe.applies]
+    conditions = [c.format(**sizes) for c in recipe.applies] + (gate.conditions() if gate else [])
     used = set().union(*(_reads(cst.parse_expression(c)) for c in conditions)) if conditions else set()
     applies_params = [p for p in params if p in used]
     applies_src = (
@@ -298,7 +315,13 @@ def codemod(
             return updated.with_changes(body=body)
 
     new = module_tree.visit(Insert())
-    return Codemod(new.code, evolved_launcher, applies_name(ex), sorted(n for n in changed))
+    admitted = [case for case in _cases(recipe, sizes) if gate is None or gate.admits(case)]
+    if not admitted:
+        raise UpstreamError(
+            f"no case of {ex.launcher}'s test sweep lies inside the size gate ({gate.describe()})"
+        )
+    changed_names = sorted(n for n in changed)
+    return Codemod(new.code, evolved_launcher, applies_name(ex), changed_names, admitted[-1], gate)
 
 
 def _is_docstring(stmt: cst.SimpleStatementLine) -> bool:
@@ -401,6 +424,7 @@ register_cuda_ci(est_time=30, suite="stage-b-test-small-1-gpu")
 
 CONFIG = {config!r}
 CASES = {_cases(recipe, sizes)!r}
+FAST_CASE = {mod.fast_case!r}
 TOLERANCES = {tolerances!r}
 
 
@@ -433,7 +457,7 @@ class {cls}(CustomTestCase):
                         self.assertTrue(torch.equal(have, want))
 
     def test_fast_path_taken(self):
-        inputs, config = self._inputs(CASES[-1])
+        inputs, config = self._inputs(FAST_CASE)
         fast = {leaf}.{mod.evolved_launcher}
         with mock.patch.object({leaf}, "{mod.evolved_launcher}", wraps=fast) as spy:
             call({leaf}.{ex.launcher}, *inputs, **config)
@@ -459,6 +483,7 @@ import torch
 
 CONFIG = {list(recipe.config)!r}
 CASES = {_cases(recipe, sizes)!r}
+FAST_CASE = {mod.fast_case!r}
 TOLERANCES = {tolerances!r}
 
 
@@ -491,7 +516,7 @@ class {cls}:
                 torch.testing.assert_close(have, want, atol=0, rtol=0)
 
     def test_fast_path_taken(self, device):
-        case = CASES[-1]
+        case = FAST_CASE
         inputs = [t.to(device) for t in make_inputs(**case)]
         fast = {leaf}.{mod.evolved_launcher}
         with mock.patch.object({leaf}, '{mod.evolved_launcher}', wraps=fast) as spy:
@@ -601,7 +626,14 @@ def render_pr(project: Project, ex: Extraction, facts: RunFacts, mod: Codemod, f
             "Run the benchmark below on a GPU and replace this table before opening the PR.\n"
         )
     changed = ", ".join(f"`{n}`" for n in mod.changed)
-    conditions = "\n".join(f"  - `{c}`" for c in _conditions(ex, facts))
+    conditions = "\n".join(
+        f"  - `{c}`" for c in _conditions(ex, facts) + (mod.gate.conditions() if mod.gate else [])
+    )
+    if mod.gate:
+        conditions += (
+            f"\n\n  The size range comes from the GPU benchmark of the ungated patch: the fast path runs for "
+            f"{mod.gate.describe()}."
+        )
     test_path, bench_path = paths
     how = (
         f"The kernel was produced by ksmith, an automated evolutionary search over Triton kernels "
@@ -684,6 +716,105 @@ None: the public function and its signature are unchanged.
 """
 
 
+@dataclass(frozen=True)
+class SizeGate:
+    """The range of one size where the evolved path measured at least ``SLOWER_THAN`` of upstream's speed at
+    every shape; calls outside it keep upstream's path. Bounds are measured sizes (``None``: open)."""
+
+    size: str  # the recipe's size name: "num_tokens"
+    expression: str  # the same size read from the launcher's arguments: "scores.shape[0]"
+    low: float | None
+    high: float | None
+    slower: list[dict]  # the measured shapes it keeps on upstream's path for being slower
+
+    def conditions(self) -> list[str]:
+        bounds = [(self.low, ">="), (self.high, "<=")]
+        return [f"{self.expression} {op} {_number(value)}" for value, op in bounds if value is not None]
+
+    def admits(self, case: dict) -> bool:
+        value = case[self.size]
+        return (self.low is None or value >= self.low) and (self.high is None or value <= self.high)
+
+    def describe(self) -> str:
+        kept = " and ".join(f"{self.size} {c.split(' ', 1)[1]}" for c in self.conditions())
+        slower = "; ".join(f"{c['case']}: {c['speedup']:.2f}x" for c in self.slower)
+        return f"{kept} (upstream's path kept where the evolved one measured slower: {slower})"
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else repr(value)
+
+
+def _case_sizes(label: str) -> dict[str, float]:
+    sizes = {}
+    for part in label.split(","):
+        key, _, value = part.strip().partition("=")
+        try:
+            sizes[key] = float(value)
+        except ValueError:
+            continue
+    return sizes
+
+
+def read_bench_cases(check: Path) -> list[dict]:
+    """The per-shape rows of a patch's GPU benchmark: ``check.json`` as ``ksmith_upstream.standalone`` writes
+    it (or that module's ``--json`` result)."""
+    from ksmith_upstream.standalone import bench_cases
+
+    try:
+        result = json.loads(check.read_text(encoding="utf-8"))
+        bench = result["bench"]
+        cases = bench.get("cases") or bench_cases(bench.get("output", ""))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        raise UpstreamError(
+            f"--gate-from {check}: not a check.json with a GPU benchmark (python -m ksmith_upstream.standalone "
+            "OUT --device cuda writes one)"
+        ) from None
+    if not cases:
+        raise UpstreamError(f"--gate-from {check}: its benchmark has no per-shape rows")
+    return cases
+
+
+def size_gate(recipe: Recipe, cases: list[dict], slower_than: float | None = None) -> SizeGate | None:
+    """Where the evolved path may run, from measured per-shape speedups: the longest run of measured values of
+    the recipe's gate size (the larger one on a tie: representative shapes are large) at which every shape
+    kept at least ``slower_than`` of upstream's speed. ``None`` when no shape was slower."""
+    from ksmith_upstream.standalone import SLOWER_THAN
+
+    threshold = SLOWER_THAN if slower_than is None else slower_than
+    if recipe.gate is None:
+        raise UpstreamError(f"the recipe for {recipe.launcher} names no size to gate the fast path on")
+    size, expression = recipe.gate
+    by_value: dict[float, list[dict]] = {}
+    for case in cases:
+        value = _case_sizes(case["case"]).get(size)
+        if value is None:
+            raise UpstreamError(f"--gate-from: the benchmark row {case['case']!r} does not give {size}")
+        by_value.setdefault(value, []).append(case)
+    values = sorted(by_value)
+    fine = [all(c["speedup"] >= threshold for c in by_value[v]) for v in values]
+    slower = [c for c in cases if c["speedup"] < threshold]
+    if all(fine):
+        return None
+    runs: list[list[float]] = []
+    current: list[float] = []
+    for value, ok in zip(values, fine):
+        if ok:
+            current.append(value)
+        elif current:
+            runs.append(current)
+            current = []
+    if current:
+        runs.append(current)
+    if not runs:
+        shown = "; ".join(f"{c['case']}: {c['speedup']:.2f}x" for c in slower)
+        raise UpstreamError(f"the evolved path is slower than upstream at every measured shape ({shown})")
+    best = max(runs, key=lambda run: (len(run), run[-1]))
+    low = best[0] if best[0] != values[0] else None
+    high = best[-1] if best[-1] != values[-1] else None
+    return SizeGate(size, expression, low, high, slower)  # every slower shape lies outside the run
+
+
 def _conditions(ex: Extraction, facts: RunFacts) -> list[str]:
     recipe = recipe_for(ex.source.project.name, ex.launcher)
     return [c.format(**facts.provenance.get("sizes", recipe.sizes)) for c in recipe.applies]
@@ -712,7 +843,18 @@ def locate(upstream: UpstreamSource, provenance: dict, rebase: bool) -> Extracti
     return extract(upstream, provenance["symbol"])
 
 
-def write_patch(project: Project, run: str, upstream: UpstreamSource, out: Path, rebase: bool) -> list[Path]:
+def write_patch(
+    project: Project,
+    run: str,
+    upstream: UpstreamSource,
+    out: Path,
+    rebase: bool,
+    gate_from: Path | None = None,
+) -> list[Path]:
+    """Write the patch, the upstream-style test and benchmark, ``PR.md`` and ``patch.json`` into ``out``.
+
+    ``gate_from``: a ``check.json`` with the GPU benchmark of an earlier patch of the same run; the fast path
+    is then limited to the measured size range where it was not slower (:func:`size_gate`)."""
     facts = load_run(run)
     if facts.provenance["project"] != project.name:
         raise UpstreamError(
@@ -721,7 +863,8 @@ def write_patch(project: Project, run: str, upstream: UpstreamSource, out: Path,
     ex = locate(upstream, facts.provenance, rebase)
     recipe = recipe_for(project.name, ex.launcher)
     sizes = facts.provenance.get("sizes", recipe.sizes)
-    mod = codemod(ex, recipe, facts.source, sizes, baseline=facts.problem_source)
+    gate = size_gate(recipe, read_bench_cases(gate_from)) if gate_from is not None else None
+    mod = codemod(ex, recipe, facts.source, sizes, baseline=facts.problem_source, gate=gate)
     new_code, fmt_note = mod.new_module, formatting_note(project)
     test_path, bench_path = new_file_paths(ex)
     if project.name == "sglang":
@@ -756,6 +899,7 @@ def write_patch(project: Project, run: str, upstream: UpstreamSource, out: Path,
         "bench_file": bench_path,
         "run": facts.run,
         "candidate": facts.candidate_id,
+        "gate": None if gate is None else {"conditions": gate.conditions(), "slower_shapes": gate.slower},
     }
     (out / "patch.json").write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     written.append(out / "patch.json")

@@ -66,19 +66,26 @@ def import_cmd(project, symbol, source, shapes, name, output):
     "--rebase", is_flag=True, help="Re-apply the change to upstream sources that changed since the import."
 )
 @click.option(
+    "--gate-from",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="check.json of this run's earlier patch, benchmarked on a GPU (python -m ksmith_upstream.standalone "
+    "OUT): the fast path is limited to the measured size range where it was not slower than upstream.",
+)
+@click.option(
     "-o",
     "--output",
     type=click.Path(file_okay=False, path_type=Path),
     required=True,
     help="Directory to write.",
 )
-def patch(project, run, source, rebase, output):
+def patch(project, run, source, rebase, gate_from, output):
     """Write an upstream patch, test, micro-benchmark and PR.md from RUN's best kernel."""
     from ksmith_upstream.patching import write_patch
     from ksmith_upstream.source import project_named, resolve_source
 
     proj = project_named(project)
     upstream = resolve_source(proj, source)
-    written = write_patch(proj, run, upstream, output_dir(output), rebase)
+    written = write_patch(proj, run, upstream, output_dir(output), rebase, gate_from)
     for path in written:
         click.echo(str(path))

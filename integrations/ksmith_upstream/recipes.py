@@ -33,6 +33,8 @@ class Recipe:
     applies: tuple[str, ...]  # Python expressions over the launcher's parameters and ``sizes``
     cases: tuple[dict[str, int | float], ...]
     tolerances: dict[str, list[float]] = field(default_factory=dict)
+    # The size a patch may gate the fast path on (``--gate-from``), and how the launcher's arguments show it.
+    gate: tuple[str, str] | None = None
 
     def inputs_signature(self) -> list[str]:
         return [k for k in self.sizes if k not in self.config]
@@ -106,6 +108,7 @@ def call(launcher, seq_lens, req_to_token, req_pool_indices, page_size, seq_len_
         {"batch_size": 7, "pool_size": 16, "max_context_len": 1000},
         {"batch_size": 64, "pool_size": 128, "max_context_len": 4096},
     ),
+    gate=("batch_size", "seq_lens.shape[0]"),
 )
 
 FUSED_SINGLE_GROUP_TOPK_ROUTER = Recipe(
@@ -146,6 +149,7 @@ def call(launcher, scores, bias, num_experts, top_k, routed_scaling_factor):
         {"num_tokens": 4096},
     ),
     tolerances={"float32": [1e-6, 1e-5]},
+    gate=("num_tokens", "scores.shape[0]"),
 )
 
 MERGE_STATE_TRITON = Recipe(
@@ -188,6 +192,7 @@ def call(launcher, prefix_output, prefix_lse, suffix_output, suffix_lse):
         {"num_tokens": 257, "num_heads": 8},
     ),
     tolerances={"bfloat16": [1e-2, 1e-2], "float32": [1e-5, 1e-5]},
+    gate=("num_tokens", "prefix_output.shape[0]"),
 )
 
 RECIPES = {

@@ -265,3 +265,85 @@ def test_the_check_reads_the_generated_benchmark_and_names_shapes_made_slower():
     assert [c["speedup"] for c in cases] == [2.41, 0.88]
     assert cases[1]["case"].startswith("batch_size=256") and cases[1]["evolved_us"] == 23.15
     assert [c["speedup"] for c in regressions(cases)] == [0.88]
+
+
+H100_UPSTREAM = Path(__file__).resolve().parents[2] / "benchmarks/results/h100-2026-11-23/upstream"
+LMDEPLOY_CHECK = H100_UPSTREAM / "patch-fused_single_group_topk_router/check.json"
+SGLANG_CHECK = H100_UPSTREAM / "patch-normal_decode_set_metadata/check.json"
+
+
+def test_the_size_gate_keeps_upstreams_path_where_the_h100_measured_it_faster():
+    """From the generated benchmarks' tables on the H100: LMDeploy's router was 0.95x at 17 tokens (1.78x and
+    1.85x at 4096 and 8192), SGLang's decode metadata 0.88x at batch 256."""
+    from ksmith_upstream.patching import read_bench_cases, size_gate
+    from ksmith_upstream.recipes import FUSED_SINGLE_GROUP_TOPK_ROUTER, NORMAL_DECODE_SET_METADATA
+
+    router = size_gate(FUSED_SINGLE_GROUP_TOPK_ROUTER, read_bench_cases(LMDEPLOY_CHECK))
+    assert router.conditions() == ["scores.shape[0] >= 128"]
+    assert [c["case"].split(",")[0] for c in router.slower] == ["num_tokens=17"]
+    assert router.admits({"num_tokens": 8192}) and not router.admits({"num_tokens": 17})
+    decode = size_gate(NORMAL_DECODE_SET_METADATA, read_bench_cases(SGLANG_CHECK))
+    assert decode.conditions() == ["seq_lens.shape[0] <= 64"]
+    assert "batch_size <= 64" in decode.describe() and "batch_size=256" in decode.describe()
+
+
+def test_the_size_gate_when_nothing_or_everything_was_slower():
+    from ksmith_upstream.patching import size_gate
+    from ksmith_upstream.recipes import FUSED_SINGLE_GROUP_TOPK_ROUTER
+    from ksmith_upstream.source import UpstreamError
+
+    def rows(*pairs):
+        return [{"case": f"num_tokens={n}, top_k=8", "speedup": s} for n, s in pairs]
+
+    assert size_gate(FUSED_SINGLE_GROUP_TOPK_ROUTER, rows((1, 1.0), (4096, 1.5))) is None
+    with pytest.raises(UpstreamError, match="slower than upstream at every measured shape"):
+        size_gate(FUSED_SINGLE_GROUP_TOPK_ROUTER, rows((1, 0.9), (4096, 0.5)))
+    # Two shapes at one size, one of them slower: that size is out, the longest range of the rest is kept.
+    gate = size_gate(
+        FUSED_SINGLE_GROUP_TOPK_ROUTER, rows((1, 1.1), (2, 1.1), (2, 0.9), (64, 1.2), (4096, 1.3))
+    )
+    assert gate.conditions() == ["scores.shape[0] >= 64"]
+
+
+def test_a_patch_gated_from_a_gpu_benchmark_sends_only_the_measured_range_to_the_fast_path(
+    upstream, ksmith_cmd, ksmith_env, tmp_path
+):
+    problem, seed = imported(
+        ksmith_cmd, ksmith_env, "lmdeploy", "fused_single_group_topk_router", tmp_path / "p"
+    )
+    variant = edited(seed, LMDEPLOY_EDIT, tmp_path / "variant.seed.py")
+    run = recorded_run(tmp_path / "run", problem, variant, correct=True)
+    out = tmp_path / "out"
+    args = ("patch", "lmdeploy", run, "--gate-from", LMDEPLOY_CHECK, "-o", out)
+    proc = run_ksmith(ksmith_cmd, *args, env=ksmith_env)
+    assert proc.returncode == 0, proc.stderr
+    repo = git_tree(upstream["lmdeploy"], tmp_path / "lmdeploy")
+    assert git_apply(repo, out / "fused_single_group_topk_router.patch", check=False).returncode == 0
+    kernel = (repo / "lmdeploy/pytorch/kernels/cuda/moe/route_single_group.py").read_text(encoding="utf-8")
+    assert "and scores.shape[0] >= 128" in kernel
+    test = (repo / "tests/pytorch/kernel/test_fused_single_group_topk_router_evolved.py").read_text("utf-8")
+    fast_case = next(line for line in test.splitlines() if line.startswith("FAST_CASE = "))
+    assert "'num_tokens': 8192" in fast_case  # the fast-path check runs inside the gate
+    pr = (out / "PR.md").read_text(encoding="utf-8")
+    assert "num_tokens >= 128" in pr and "num_tokens=17" in pr
+    manifest = (out / "patch.json").read_text(encoding="utf-8")
+    assert '"scores.shape[0] >= 128"' in manifest
+
+    junk = tmp_path / "junk.json"
+    junk.write_text("{}", encoding="utf-8")
+    proc = run_ksmith(
+        ksmith_cmd, "patch", "lmdeploy", run, "--gate-from", junk, "-o", tmp_path / "o2", env=ksmith_env
+    )
+    assert "not a check.json with a GPU benchmark" in error_line(proc)
+
+
+def test_a_run_copied_without_its_files_is_one_line(upstream, ksmith_cmd, ksmith_env, tmp_path):
+    problem, seed = imported(
+        ksmith_cmd, ksmith_env, "lmdeploy", "fused_single_group_topk_router", tmp_path / "p"
+    )
+    run = recorded_run(
+        tmp_path / "run", problem, edited(seed, LMDEPLOY_EDIT, tmp_path / "v.py"), correct=True
+    )
+    (Path(run) / "problem.py").unlink()
+    proc = run_ksmith(ksmith_cmd, "patch", "lmdeploy", run, "-o", tmp_path / "out", env=ksmith_env)
+    assert "is incomplete: " in error_line(proc) and "problem.py is missing" in proc.stderr
