@@ -397,6 +397,12 @@ def _cases(recipe: Recipe, sizes: dict) -> list[dict]:
     return [*cases, dict(sizes)] if dict(sizes) not in cases else cases
 
 
+def _fast_case(mod: Codemod) -> str:
+    """The generated test's fast-path case: the sweep's last (cut with it by a short CPU check), or, behind a
+    size gate, the last case inside the gate, written out."""
+    return "CASES[-1]" if mod.gate is None else repr(mod.fast_case)
+
+
 def _module_import(ex: Extraction) -> tuple[str, str]:
     package, _, leaf = ex.module.rpartition(".")
     return f"from {package} import {leaf}", leaf
@@ -424,7 +430,7 @@ register_cuda_ci(est_time=30, suite="stage-b-test-small-1-gpu")
 
 CONFIG = {config!r}
 CASES = {_cases(recipe, sizes)!r}
-FAST_CASE = {mod.fast_case!r}
+FAST_CASE = {_fast_case(mod)}
 TOLERANCES = {tolerances!r}
 
 
@@ -483,7 +489,7 @@ import torch
 
 CONFIG = {list(recipe.config)!r}
 CASES = {_cases(recipe, sizes)!r}
-FAST_CASE = {mod.fast_case!r}
+FAST_CASE = {_fast_case(mod)}
 TOLERANCES = {tolerances!r}
 
 
