@@ -640,6 +640,11 @@ def render_pr(project: Project, ex: Extraction, facts: RunFacts, mod: Codemod, f
             f"\n\n  The size range comes from the GPU benchmark of the ungated patch: the fast path runs for "
             f"{mod.gate.describe()}."
         )
+        if mod.gate.size in sizes and not mod.gate.admits(sizes):
+            warning += (
+                f"\n> **The shape in this table ({mod.gate.size}={sizes[mod.gate.size]}) lies outside the size gate:** "
+                "there the patch keeps upstream's path, so this speedup is not what the patch delivers at it.\n"
+            )
     test_path, bench_path = paths
     how = (
         f"The kernel was produced by ksmith, an automated evolutionary search over Triton kernels "

@@ -347,3 +347,25 @@ def test_a_run_copied_without_its_files_is_one_line(upstream, ksmith_cmd, ksmith
     (Path(run) / "problem.py").unlink()
     proc = run_ksmith(ksmith_cmd, "patch", "lmdeploy", run, "-o", tmp_path / "out", env=ksmith_env)
     assert "is incomplete: " in error_line(proc) and "problem.py is missing" in proc.stderr
+
+
+def test_a_gate_that_excludes_the_measured_shape_says_so_in_the_pr(
+    upstream, ksmith_cmd, ksmith_env, tmp_path
+):
+    """SGLang's decode metadata was 0.88x at batch 256, its representative shape: the gated patch keeps
+    upstream's path there, and PR.md must not present the run's speedup as what the patch delivers."""
+    problem, seed = imported(ksmith_cmd, ksmith_env, "sglang", "normal_decode_set_metadata", tmp_path / "p")
+    run = recorded_run(tmp_path / "run", problem, edited(seed, SGLANG_EDIT, tmp_path / "v.py"), correct=True)
+    out = tmp_path / "out"
+    proc = run_ksmith(
+        ksmith_cmd, "patch", "sglang", run, "--gate-from", SGLANG_CHECK, "-o", out, env=ksmith_env
+    )
+    assert proc.returncode == 0, proc.stderr
+    pr = (out / "PR.md").read_text(encoding="utf-8")
+    assert "`seq_lens.shape[0] <= 64`" in pr
+    assert "(batch_size=256) lies outside the size gate" in pr
+    test = (
+        out / "tree/test/registered/kernels/ops/attention/test_normal_decode_set_metadata_evolved.py"
+    ).read_text(encoding="utf-8")
+    fast_case = test.split("FAST_CASE = ", 1)[1].split("\n\n", 1)[0]  # the formatter may wrap the dict
+    assert fast_case.startswith("{") and '"batch_size": 64' in fast_case
