@@ -25,6 +25,7 @@ from ksmith_upstream.extract import Extraction, _defined_names, _reads, extract
 from ksmith_upstream.importer import call_parameters, harness, read_provenance
 from ksmith_upstream.recipes import Recipe, recipe_for
 from ksmith_upstream.source import Project, UpstreamError, UpstreamSource, sha256_of
+from ksmith_upstream.standalone import SLOWER_THAN, bench_cases
 
 HARNESS_NAMES = frozenset({"ModelNew", "call"})
 _code = cst.Module(body=[]).code_for_node
@@ -738,16 +739,18 @@ class SizeGate:
     high: float | None
     slower: list[dict]  # the measured shapes it keeps on upstream's path for being slower
 
+    def _bounds(self) -> list[str]:
+        return [f"{op} {_number(v)}" for v, op in ((self.low, ">="), (self.high, "<=")) if v is not None]
+
     def conditions(self) -> list[str]:
-        bounds = [(self.low, ">="), (self.high, "<=")]
-        return [f"{self.expression} {op} {_number(value)}" for value, op in bounds if value is not None]
+        return [f"{self.expression} {bound}" for bound in self._bounds()]
 
     def admits(self, case: dict) -> bool:
         value = case[self.size]
         return (self.low is None or value >= self.low) and (self.high is None or value <= self.high)
 
     def describe(self) -> str:
-        kept = " and ".join(f"{self.size} {c.split(' ', 1)[1]}" for c in self.conditions())
+        kept = " and ".join(f"{self.size} {bound}" for bound in self._bounds())
         slower = "; ".join(f"{c['case']}: {c['speedup']:.2f}x" for c in self.slower)
         return f"{kept} (upstream's path kept where the evolved one measured slower: {slower})"
 
@@ -770,8 +773,6 @@ def _case_sizes(label: str) -> dict[str, float]:
 def read_bench_cases(check: Path) -> list[dict]:
     """The per-shape rows of a patch's GPU benchmark: ``check.json`` as ``ksmith_upstream.standalone`` writes
     it (or that module's ``--json`` result)."""
-    from ksmith_upstream.standalone import bench_cases
-
     try:
         result = json.loads(check.read_text(encoding="utf-8"))
         bench = result["bench"]
@@ -790,8 +791,6 @@ def size_gate(recipe: Recipe, cases: list[dict], slower_than: float | None = Non
     """Where the evolved path may run, from measured per-shape speedups: the longest run of measured values of
     the recipe's gate size (the larger one on a tie: representative shapes are large) at which every shape
     kept at least ``slower_than`` of upstream's speed. ``None`` when no shape was slower."""
-    from ksmith_upstream.standalone import SLOWER_THAN
-
     threshold = SLOWER_THAN if slower_than is None else slower_than
     if recipe.gate is None:
         raise UpstreamError(f"the recipe for {recipe.launcher} names no size to gate the fast path on")

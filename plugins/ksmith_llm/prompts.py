@@ -13,7 +13,7 @@ says it (``Backend.language``: Triton, or CUDA C++ built with ``load_inline``) a
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ksmith_core.model import Problem, Scored, Selection
@@ -64,11 +64,12 @@ SYSTEM_PROMPT = TRITON.system_prompt()  # the prompt of a Triton run, the defaul
 def language_for(problem: Problem, hardware: Mapping[str, Any]) -> Language:
     """The language of ``problem``'s candidates: its backend's (``Backend.language``), on the run's platform."""
     from ksmith_core.capabilities import Backend
+    from ksmith_core.errors import PluginError
     from ksmith_core.registry import lookup
 
     try:
         language = lookup(Backend, problem.backend).language
-    except Exception:  # noqa: BLE001 - an unregistered backend (a test's): Triton, the default
+    except PluginError:  # an unregistered backend (a test's): Triton, the default
         language = "triton"
     metax = hardware.get("accelerator") == "metax" or hardware.get("vendor") == "MetaX"
     warp = hardware.get("warp_size") or (64 if metax else 32)
@@ -87,11 +88,8 @@ def language_for(problem: Problem, hardware: Mapping[str, Any]) -> Language:
             rules=rules,
         )
     if metax:
-        return Language(
-            name="Triton (mcTriton)",
-            kernels="Triton kernels, compiled by MetaX's mcTriton",
-            module_parts=TRITON.module_parts,
-            rules=TRITON.rules,
+        return replace(
+            TRITON, name="Triton (mcTriton)", kernels="Triton kernels, compiled by MetaX's mcTriton"
         )
     return TRITON
 

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from ksmith_mutate.source_model import dotted_name
+from ksmith_mutate.source_model import dotted_name, keyword_value
 
 NATIVE_KINDS = ("native_block", "native_grid", "native_unroll", "native_fast_math")
 UNROLL_LADDER = (1, 2, 4, 8, 16)
@@ -43,7 +43,7 @@ MAX_THREADS_PER_BLOCK = 1024
 FAST_MATH = "--use_fast_math"
 FAST_MATH_SPELLINGS = ("--use_fast_math", "-use_fast_math")
 
-# (kind, description, the literal it came from, its replacement, safer, detail)
+# (kind, description, [(node, its replacement)], safer, detail): what edits.py makes a _Change of
 NativeChange = tuple[str, str, list[tuple[cst.CSTNode, cst.CSTNode]], bool, dict]
 
 _INT_TYPE = r"(?:(?:static|constexpr|const|unsigned|signed)\s+)*(?:int|int32_t|int64_t|uint32_t|unsigned|size_t|long|short|auto)"
@@ -168,11 +168,6 @@ def scan_native_sources(module: cst.Module) -> tuple[list[NativeScan], list[cst.
     return scans, strings.load_inline_calls
 
 
-def has_native_source(module: cst.Module) -> bool:
-    scans, calls = scan_native_sources(module)
-    return bool(scans or calls)
-
-
 # --------------------------------------------------------------------------------------------------------------
 # The edits
 # --------------------------------------------------------------------------------------------------------------
@@ -182,9 +177,14 @@ def native_changes(
     module: cst.Module, warp_size: int = 32, compiler: str | None = "nvcc"
 ) -> Iterator[NativeChange]:
     """Every native edit of ``module``'s CUDA sources and ``load_inline`` calls."""
-    scans, calls = scan_native_sources(module)
+    yield from _changes(*scan_native_sources(module), warp_size, compiler)
+
+
+def _changes(
+    scans: list[NativeScan], calls: list[cst.Call], warp_size: int, compiler: str | None
+) -> Iterator[NativeChange]:
     for scan in scans:
-        yield from _block_changes(scan, warp_size)
+        yield from _block_changes(scan, warp_size)  # notes in scan.reasons what it could not read
         yield from _grid_changes(scan)
         yield from _unroll_changes(scan)
     if compiler == "nvcc":
@@ -196,11 +196,10 @@ def why_no_native_edit(module: cst.Module, warp_size: int = 32, compiler: str | 
     """For a native candidate no edit applies to: what mutate looked for and could not read. ``None`` when
     the module has no native source (or an edit does apply)."""
     scans, calls = scan_native_sources(module)
-    if not (scans or calls) or any(True for _ in native_changes(module, warp_size, compiler)):
+    if not (scans or calls) or any(True for _ in _changes(scans, calls, warp_size, compiler)):
         return None
     reasons: list[str] = []
-    for scan in scans:
-        list(_block_changes(scan, warp_size))
+    for scan in scans:  # every change was listed above, so each scan's reasons are complete
         reasons += scan.reasons
         if not scan.launches:
             reasons.append("a CUDA source without a <<<grid, block>>> launch")
@@ -446,43 +445,32 @@ def _unroll(
 
 
 def _fast_math_changes(call: cst.Call) -> Iterator[NativeChange]:
-    has_cuda = any(a.keyword is not None and a.keyword.value == "cuda_sources" for a in call.args) or (
-        len([a for a in call.args if a.keyword is None]) >= 3
-    )
-    if not has_cuda:
-        return
-    flags = next(
-        (a for a in call.args if a.keyword is not None and a.keyword.value == "extra_cuda_cflags"), None
-    )
+    from ksmith_mutate.edits import with_keyword  # edits imports this module
+
+    positional = [a for a in call.args if a.keyword is None]
+    if keyword_value(call, "cuda_sources") is None and len(positional) < 3:
+        return  # a C++-only extension: nvcc does not build it
+    flags = keyword_value(call, "extra_cuda_cflags")
     if flags is None:
         listed = cst.List([cst.Element(cst.SimpleString(f'"{FAST_MATH}"'))])
-        new_arg = cst.Arg(
-            listed,
-            keyword=cst.Name("extra_cuda_cflags"),
-            equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")),
-        )
-        args = list(call.args)
-        if args and args[-1].comma is cst.MaybeSentinel.DEFAULT:
-            args[-1] = args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
-        yield _fast_math(call, call.with_changes(args=[*args, new_arg]), added=True)
+        yield _fast_math(call, with_keyword(call, "extra_cuda_cflags", listed), added=True)
         return
-    if not isinstance(flags.value, cst.List):
+    if not isinstance(flags, cst.List):
         return  # flags built elsewhere (a name, a call): not edited
-    elements = list(flags.value.elements)
-    values = [e.value.evaluated_value if isinstance(e.value, cst.SimpleString) else None for e in elements]
-    present = [i for i, v in enumerate(values) if v in FAST_MATH_SPELLINGS]
+    elements = list(flags.elements)
+    present = [
+        i
+        for i, e in enumerate(elements)
+        if isinstance(e.value, cst.SimpleString) and e.value.evaluated_value in FAST_MATH_SPELLINGS
+    ]
     if present:
         kept = [e for i, e in enumerate(elements) if i not in present]
         if kept:
             kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
-        yield _fast_math(flags.value, flags.value.with_changes(elements=kept), added=False)
+        yield _fast_math(flags, flags.with_changes(elements=kept), added=False)
     else:
-        if elements and elements[-1].comma is cst.MaybeSentinel.DEFAULT:
-            elements[-1] = elements[-1].with_changes(
-                comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
-            )
-        elements.append(cst.Element(cst.SimpleString(f'"{FAST_MATH}"')))
-        yield _fast_math(flags.value, flags.value.with_changes(elements=elements), added=True)
+        added = cst.Element(cst.SimpleString(f'"{FAST_MATH}"'))  # libcst writes the ", " before it
+        yield _fast_math(flags, flags.with_changes(elements=[*elements, added]), added=True)
 
 
 def _fast_math(old: cst.CSTNode, new: cst.CSTNode, added: bool) -> NativeChange:
