@@ -7,6 +7,10 @@
 - ``log_swaps``: log every swap and every match left alone, with why, on stderr [``KSMITH_LOG_SWAPS=1``];
 - ``min_speedup``: leave an entry out when its verdict, measured on a GPU, is below this speedup over
   torch.compile on its own problem [``KSMITH_MIN_SPEEDUP``; default 1.0];
+- ``split_fusions``: also swap a pointwise/reduction entry whose match Inductor would have fused with a
+  neighbouring pointwise op (a residual add before a norm) [``KSMITH_SPLIT_FUSIONS=1``; default off: the evolved
+  kernel was timed against that region alone, while in the model Inductor saves a launch and a pass over memory
+  by fusing across the boundary, so such a swap can make the model slower even when the kernel is faster];
 - anything else is passed to Inductor as a config patch, as ``backend="inductor"`` takes it.
 
 Each entry's pattern (its reference ``Model.forward`` captured with Dynamo) is matched against the graph
@@ -29,7 +33,7 @@ import torch
 from .library import Entry, Library, load_library
 
 log = logging.getLogger("ksmith_compile")
-OWN_OPTIONS = ("library", "log_swaps", "min_speedup")
+OWN_OPTIONS = ("library", "log_swaps", "min_speedup", "split_fusions")
 
 
 @dataclass(frozen=True)
@@ -95,7 +99,8 @@ def kernelsmith_backend(
         _log_swaps_handler()
     graph_index = max((r.graphs for r in Recorder.active), default=0)
     min_speedup = float(options.get("min_speedup", os.environ.get("KSMITH_MIN_SPEEDUP", 1.0)))
-    regions = swap_regions(gm, library, graph_index, min_speedup)
+    split = _truthy(options.get("split_fusions", os.environ.get("KSMITH_SPLIT_FUSIONS", "")))
+    regions = swap_regions(gm, library, graph_index, min_speedup, split_fusions=split)
     for recorder in Recorder.active:
         recorder.graphs += 1
         recorder.library = library
@@ -115,12 +120,19 @@ def kernelsmith_backend(
 
 
 def swap_regions(
-    gm: torch.fx.GraphModule, library: Library, graph_index: int = 0, min_speedup: float = 1.0
+    gm: torch.fx.GraphModule,
+    library: Library,
+    graph_index: int = 0,
+    min_speedup: float = 1.0,
+    *,
+    split_fusions: bool = False,
 ) -> list[Region]:
     """Replace, in place, every match of a library pattern whose guards hold; one Region per outcome.
 
     An entry measured on a GPU as slower than ``min_speedup`` times torch.compile on its own problem is not
-    swapped; entries with no such measurement (the CPU interpreter's) are, being verified correct.
+    swapped; entries with no such measurement (the CPU interpreter's) are, being verified correct. Unless
+    ``split_fusions``, neither is a match of a pointwise/reduction entry that cuts Inductor's fusion with a
+    pointwise neighbour (:func:`_splits_a_fusion`).
     """
     from torch.fx.passes.utils.matcher_utils import SubgraphMatcher
 
@@ -129,6 +141,7 @@ def swap_regions(
     model_regions = find_regions(gm)  # what harvest would write, named before any node is replaced
     regions: list[Region] = []
     replaced: dict[torch.fx.Node, torch.fx.Node] = {}  # a replaced region's output -> the operator's node
+    deferred: list[tuple[Entry, Any]] = []
     for entry in library.entries:
         matcher = SubgraphMatcher(
             entry.pattern.graph,
@@ -141,23 +154,16 @@ def swap_regions(
         if not matches:
             regions.append(Region(entry.name, entry.name, False, "no match in this graph", graph_index))
         for match in matches:
-            region = f"{entry.name}@{match.returning_nodes[0].name}" if match.returning_nodes else entry.name
             why_not = _why_not(entry, match, replaced)
-            if (
-                why_not is None
-                and entry.speedup_vs_compile is not None
-                and entry.speedup_vs_compile < min_speedup
-            ):
-                why_not = (
-                    f"{entry.speedup_vs_compile:.3g}x vs torch.compile on its problem (< {min_speedup:g})"
-                )
-            if why_not is None:
-                _replace(gm, entry, match, replaced)
-                regions.append(
-                    Region(region, entry.name, True, f"swapped for {entry.op.name()}", graph_index)
-                )
-            else:
-                regions.append(Region(region, entry.name, False, why_not, graph_index))
+            if why_not is None and not split_fusions and _splits_a_fusion(entry, match, replaced):
+                deferred.append((entry, match))  # a neighbour may yet be swapped into a kernel of ours
+                continue
+            regions.append(_decide(gm, entry, match, replaced, why_not, graph_index, min_speedup))
+    for entry, match in deferred:  # after every other swap: is the fusion still there to split?
+        if any(getattr(match.nodes_map[n], "_erased", False) for n in _pattern_inner(entry)):
+            continue  # another entry's swap took these nodes
+        why_not = _why_not(entry, match, replaced) or _splits_a_fusion(entry, match, replaced)
+        regions.append(_decide(gm, entry, match, replaced, why_not, graph_index, min_speedup))
     matched = {r.region.split("@", 1)[1] for r in regions if "@" in r.region}
     for kind, nodes in model_regions:
         if nodes[-1].name not in matched:
@@ -171,6 +177,30 @@ def swap_regions(
         gm.graph.lint()
         gm.recompile()
     return regions
+
+
+def _decide(
+    gm: torch.fx.GraphModule,
+    entry: Entry,
+    match: Any,
+    replaced: dict[torch.fx.Node, torch.fx.Node],
+    why_not: str | None,
+    graph_index: int,
+    min_speedup: float,
+) -> Region:
+    """Swap the match unless there is a reason not to (``why_not``, or the entry's measured speedup)."""
+    region = f"{entry.name}@{match.returning_nodes[0].name}" if match.returning_nodes else entry.name
+    if why_not is None and entry.speedup_vs_compile is not None and entry.speedup_vs_compile < min_speedup:
+        why_not = f"{entry.speedup_vs_compile:.3g}x vs torch.compile on its problem (< {min_speedup:g})"
+    if why_not is not None:
+        return Region(region, entry.name, False, why_not, graph_index)
+    _replace(gm, entry, match, replaced)
+    how = f" ({entry.inline_reason})" if entry.device_type == "cuda" and entry.inline_reason else ""
+    return Region(region, entry.name, True, f"swapped for {entry.op.name()}{how}", graph_index)
+
+
+def _pattern_inner(entry: Entry) -> list[torch.fx.Node]:
+    return [n for n in entry.pattern.graph.nodes if n.op not in ("placeholder", "output")]
 
 
 def _pattern_placeholders(entry: Entry) -> list[torch.fx.Node]:
@@ -201,6 +231,37 @@ def _why_not(entry: Entry, match: Any, replaced: dict[torch.fx.Node, torch.fx.No
     return None
 
 
+def _splits_a_fusion(entry: Entry, match: Any, replaced: dict[torch.fx.Node, torch.fx.Node]) -> str | None:
+    """Why swapping this match would split a kernel Inductor fuses across the match's boundary, or None.
+
+    A pattern of pointwise and reduction ops only is a piece of what Inductor compiles as one kernel together
+    with the pointwise ops around it: a residual add that produces a norm's input is fused into the norm's
+    kernel, a cast that consumes its output into its epilogue. Swapped alone, the neighbour becomes a kernel of
+    its own: one more launch and one more pass over the tensor, which the entry's own verdict (timed against
+    the region alone) never saw. A matmul entry cuts nothing Inductor would fuse (its matmul is a library call).
+    """
+    from .harvest import is_fusible, is_matmul
+
+    inner = _pattern_inner(entry)
+    if any(is_matmul(n) for n in inner):
+        return None
+    matched = {match.nodes_map[n] for n in inner if n in match.nodes_map}
+    for producer in _inputs(entry, match, replaced):
+        if is_fusible(producer) and producer not in matched:
+            return f"would split Inductor's fusion with {producer.name} ({_node_op(producer)}) before it"
+    for out in match.returning_nodes:
+        for user in out.users:
+            if is_fusible(user) and user not in matched:
+                return f"would split Inductor's fusion with {user.name} ({_node_op(user)}) after it"
+    return None
+
+
+def _node_op(node: torch.fx.Node) -> str:
+    return (
+        str(node.target) if node.op == "call_method" else getattr(node.target, "__name__", str(node.target))
+    )
+
+
 def _replace(
     gm: torch.fx.GraphModule, entry: Entry, match: Any, replaced: dict[torch.fx.Node, torch.fx.Node]
 ) -> None:
@@ -213,11 +274,7 @@ def _replace(
     }
     anchor.replace_all_uses_with(node)
     replaced[anchor] = node
-    internal = [
-        match.nodes_map[p]
-        for p in entry.pattern.graph.nodes
-        if p.op not in ("placeholder", "output") and p in match.nodes_map
-    ]
+    internal = [match.nodes_map[p] for p in _pattern_inner(entry) if p in match.nodes_map]
     for old in reversed(internal):  # pattern order is topological: erase users before their inputs
         if not old.users:
             gm.graph.erase_node(old)

@@ -12,7 +12,14 @@ of that size's inputs). Loading an entry:
    evolved kernel when its inputs have exactly the verified shapes, strides, dtypes and device, and runs the
    reference otherwise;
 4. checks it: the kernel against the reference on fresh parameters and inputs (the problem's tolerances), and
-   ``torch.library.opcheck``.
+   ``torch.library.opcheck``;
+5. on a GPU, registers the same computation once more as a ``torch.library.triton_op``
+   (``kernelsmith::<problem>_<hash>_inline``) and, when that one passes ``opcheck`` too, swaps it in instead.
+   Inductor traces a ``triton_op`` into its own graph, so the evolved kernel is launched from Inductor's
+   generated code like one of its own kernels: no Python between the pieces of the compiled model (an opaque
+   custom op costs a Python call, the guards and a module call each time, which in the default mode made a
+   decode step slower than Inductor's). The interpreter cannot be traced this way, so CPU entries keep the
+   custom op.
 
 An entry that fails any step costs one warning line naming it and is left out; nothing here raises for a bad
 library, so a model always compiles.
@@ -20,8 +27,10 @@ library, so a model always compiles.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
+import inspect
 import json
 import os
 import re
@@ -76,8 +85,10 @@ class Entry:
     reference: torch.nn.Module
     kernel: torch.nn.Module
     speedup_vs_compile: float | None = None  # the verdict's, when measured on a GPU (None when interpreted)
-    calls: int = 0  # times the evolved kernel ran
+    calls: int = 0  # times the evolved kernel ran from Python (eager, or the opaque custom op)
     fallbacks: int = 0  # times the guards sent a call to the reference instead
+    inlined: int = 0  # times a compiler traced the evolved kernel into its graph (the triton_op path)
+    inline_reason: str = ""  # why the entry is swapped as an opaque custom op and not inlined ("" if inlined)
 
     @property
     def pattern_size(self) -> int:
@@ -282,6 +293,7 @@ def load_entry(directory: Path) -> Entry:
     entry = Entry(name, directory, device_type, pattern, slots, None, reference, kernel, speedup)
     entry.op = _register_op(entry, f"{slug}_{digest}")
     _check(entry, problem_file, name)
+    _inline(entry, f"{slug}_{digest}_inline")
     return entry
 
 
@@ -349,15 +361,7 @@ def _register_op(entry: Entry, op_name: str) -> Any:
         holder = [entry]
 
         def run(*args: torch.Tensor) -> torch.Tensor:
-            current = holder[0]
-            inputs, state = _split(current, args)
-            if current.accepts(args) is None:
-                current.calls += 1
-                out = torch.func.functional_call(current.kernel, state, tuple(inputs))
-            else:  # outside what the kernel was verified on: the reference computes it
-                current.fallbacks += 1
-                out = torch.func.functional_call(current.reference, state, tuple(inputs))
-            return out.clone() if any(out is a for a in args) else out
+            return _compute(holder[0], args, traced=False)
 
         def fake(*args: torch.Tensor) -> torch.Tensor:
             inputs, state = _split(holder[0], args)
@@ -372,14 +376,99 @@ def _register_op(entry: Entry, op_name: str) -> Any:
         return custom._opoverload
 
 
-def _check(entry: Entry, problem_file: Path, name: str) -> None:
-    """The kernel through its operator against the reference, on parameters and inputs it has not seen."""
-    from ksmith_core.loading import load_problem
+def _compute(entry: Entry, args: Sequence[torch.Tensor], traced: bool) -> torch.Tensor:
+    """The entry's computation on ``args``: the evolved kernel inside its guards, the reference outside."""
+    inputs, state = _split(entry, args)
+    if entry.accepts(args) is None:
+        module = entry.kernel
+        if traced:
+            entry.inlined += 1
+        else:
+            entry.calls += 1
+    else:  # outside what the kernel was verified on: the reference computes it
+        module = entry.reference
+        entry.fallbacks += 0 if traced else 1
+    with _traceable_launches() if traced else contextlib.nullcontext():
+        out = torch.func.functional_call(module, state, tuple(inputs))
+    return out.clone() if any(out is a for a in args) else out
 
+
+@contextlib.contextmanager
+def _traceable_launches() -> Any:
+    """Every ``kernel[grid](...)`` launched inside becomes what ``torch.library.wrap_triton(kernel)[grid](...)``
+    makes: a traceable call that Inductor compiles as a user-defined Triton kernel.
+
+    Evolved ``ModelNew`` code launches its kernels the plain Triton way; ``triton_op`` needs them wrapped. The
+    switch is made on Triton's launch interface for the duration of one trace (compilation is single-threaded),
+    which also reaches launches made from helper functions of the kernel's module.
+    """
+    from torch._higher_order_ops.triton_kernel_wrap import TraceableTritonKernelWrapper
+    from triton.runtime.jit import KernelInterface
+
+    original = KernelInterface.__getitem__
+
+    def traceable(kernel: Any, grid: Any) -> Any:
+        return TraceableTritonKernelWrapper(kernel, None, grid)
+
+    with _LOCK:
+        KernelInterface.__getitem__ = traceable  # type: ignore[method-assign]
+        try:
+            yield
+        finally:
+            KernelInterface.__getitem__ = original  # type: ignore[method-assign]
+
+
+def _register_inline_op(entry: Entry, op_name: str) -> Any:
+    """The entry as a ``triton_op``: the same computation as its custom op, visible to Inductor."""
+    from torch._library.triton import is_wrap_triton_enabled
+
+    qualified = f"kernelsmith::{op_name}"
+    with _LOCK:
+        if qualified in _OPS:
+            op = _OPS[qualified]
+            op._ksmith_entry[0] = entry
+            return op._opoverload
+        holder = [entry]
+
+        def inline(*args: torch.Tensor) -> torch.Tensor:
+            # Eager calls come with wrap_triton switched off (plain tensors: launch directly); compilers trace
+            # with it on, and then each launch must become a traceable call.
+            return _compute(holder[0], args, traced=is_wrap_triton_enabled())
+
+        tensor = inspect.Parameter.POSITIONAL_OR_KEYWORD
+        inline.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+            [inspect.Parameter(f"a{i}", tensor, annotation=torch.Tensor) for i in range(len(entry.slots))],
+            return_annotation=torch.Tensor,
+        )
+        op = torch.library.triton_op(qualified, inline, mutates_args=())
+        op._ksmith_entry = holder
+        _OPS[qualified] = op
+        return op._opoverload
+
+
+def _inline(entry: Entry, op_name: str) -> None:
+    """Swap the entry in as a ``triton_op`` where Inductor can compile user Triton kernels (GPUs), when it passes
+    ``opcheck`` (which traces it as Inductor will); else it stays the checked custom op, with the reason."""
+    if entry.device_type != "cuda":
+        entry.inline_reason = "the Triton interpreter cannot be traced into Inductor's graph"
+        return
     try:
-        tolerances = load_problem(problem_file, name)
-    except Exception:  # noqa: BLE001 - tolerances only; the defaults apply
-        tolerances = None
+        op = _register_inline_op(entry, op_name)
+        args = _check_inputs(entry)
+        report = torch.library.opcheck(op, tuple(args))
+        failed = [k for k, v in report.items() if v != "SUCCESS"]
+        if failed:
+            raise EntryError(f"opcheck {failed[0]}: {str(report[failed[0]])[:200]}")
+    except Exception as exc:  # noqa: BLE001 - any failure keeps the custom op, which passed its checks
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        entry.inline_reason = f"not inlined ({first}); swapped as an opaque custom op"
+        return
+    entry.op = op
+    entry.calls = entry.inlined = 0
+
+
+def _check_inputs(entry: Entry) -> list[torch.Tensor]:
+    """Fresh parameters and inputs with exactly the slots' shapes, strides and dtypes."""
     args = []
     gen = torch.Generator().manual_seed(2)
     for slot in entry.slots:
@@ -389,6 +478,18 @@ def _check(entry: Entry, problem_file: Path, name: str) -> None:
         else:
             value = (base * 4).to(slot.dtype)
         args.append(torch.as_strided(value.contiguous(), slot.shape, slot.stride).to(entry.device_type))
+    return args
+
+
+def _check(entry: Entry, problem_file: Path, name: str) -> None:
+    """The kernel through its operator against the reference, on parameters and inputs it has not seen."""
+    from ksmith_core.loading import load_problem
+
+    try:
+        tolerances = load_problem(problem_file, name)
+    except Exception:  # noqa: BLE001 - tolerances only; the defaults apply
+        tolerances = None
+    args = _check_inputs(entry)
     if entry.accepts(args) is not None:
         raise EntryError(f"check inputs rejected by the entry's own guards: {entry.accepts(args)}")
     with torch.no_grad():

@@ -34,14 +34,14 @@ def test_evolved_norms_are_swapped_into_the_decoder_ran_and_match_eager(library_
     entry = load_library(library_dir).entries[0]
     caplog.set_level(logging.INFO, logger="ksmith_compile")
     torch._dynamo.reset()
-    compiled = torch.compile(
-        model, backend="kernelsmith", options={"library": str(library_dir), "log_swaps": 1}
-    )
+    options = {"library": str(library_dir), "log_swaps": 1, "split_fusions": 1}
+    compiled = torch.compile(model, backend="kernelsmith", options=options)
     with torch.no_grad(), Recorder() as recorder, triton_launches(entry) as launched:
         compiled(*inputs)
         before = len(launched)
         got = compiled(*inputs)
-    # The layer's two norms and the final norm: three swaps, each launching the evolved kernel once a forward.
+    # The layer's two norms and the final norm (split_fusions: also the two that follow a residual add): three
+    # swaps, each launching the evolved kernel once a forward.
     assert [r.swapped for r in recorder.regions if r.entry] == [True, True, True]
     assert len(launched) - before == 3
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
@@ -52,9 +52,31 @@ def test_evolved_norms_are_swapped_into_the_decoder_ran_and_match_eager(library_
 def test_swaps_are_logged_only_when_asked(library_dir, caplog):
     model, inputs = tiny_llama()
     caplog.set_level(logging.INFO, logger="ksmith_compile")
-    _, recorder = compiled_forward(model, inputs, library=str(library_dir))
+    _, recorder = compiled_forward(model, inputs, library=str(library_dir), split_fusions=1)
     assert [r.swapped for r in recorder.regions if r.entry] == [True, True, True]
     assert [r for r in caplog.records if r.name == "ksmith_compile"] == []
+
+
+def test_a_norm_inductor_would_fuse_with_the_residual_add_before_it_is_left_to_inductor(library_dir):
+    model, inputs = tiny_llama()
+    with torch.no_grad():
+        want = model(*inputs)
+    entry = load_library(library_dir).entries[0]
+    with triton_launches(entry) as launched:
+        got, recorder = compiled_forward(model, inputs, library=str(library_dir))
+    matched = [(r.region.split("@")[1], r.swapped, r.reason) for r in recorder.regions if r.entry]
+    # The first norm reads the embedding (no fusion to split); the post-attention and the final norm read a
+    # residual add that Inductor fuses into the norm's kernel.
+    assert [(node, swapped) for node, swapped, _ in matched] == [
+        ("hidden_states_2", True), ("hidden_states_8", False), ("hidden_states_12", False)
+    ]  # fmt: skip
+    assert all(
+        reason.startswith("would split Inductor's fusion with") and "(add) before it" in reason
+        for _, swapped, reason in matched
+        if not swapped
+    ), matched
+    assert len(launched) == 1
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
 
 
 def test_without_a_matching_entry_the_output_is_inductors(tmp_path):
@@ -125,7 +147,8 @@ def test_graph_breaks_and_recompiles_swap_where_the_guards_hold_and_stay_right(l
     model = TwoNorms().eval()
     entry = load_library(library_dir).entries[0]
     torch._dynamo.reset()
-    compiled = torch.compile(model, backend="kernelsmith", options={"library": str(library_dir)})
+    options = {"library": str(library_dir), "split_fusions": 1}  # the second norm reads y * 2
+    compiled = torch.compile(model, backend="kernelsmith", options=options)
     with torch.no_grad(), Recorder() as recorder, triton_launches(entry) as launched:
         for shape in ((2, 8, 64), (3, 8, 64)):  # the second shape recompiles, outside the verified one
             x = torch.randn(shape)

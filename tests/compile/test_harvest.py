@@ -80,10 +80,11 @@ def test_a_harvested_problem_evolved_and_exported_swaps_back_into_the_model(tmp_
         with Recorder() as recorder:
             compiled = torch.compile(model, backend="kernelsmith", options={"library": str(tmp_path / "lib")})
             got = compiled(*inputs)
-    # Both layer norms, and the final norm inside the residual + norm region: the norm matches there too.
+    # The first norm; the post-attention norm too, once the o_proj GEMM + residual add before it is swapped
+    # (no Inductor fusion left to split there); not the final norm, whose residual add stays Inductor's.
     swapped = [(r.entry, r.region.split("@")[1]) for r in recorder.regions if r.swapped]
     assert [node for entry, node in swapped if entry == norm["problem"]] == [
-        "hidden_states_2", "hidden_states_8", "hidden_states_12"
+        "hidden_states_2", "hidden_states_8"
     ]  # fmt: skip
     assert [node for entry, node in swapped if entry == gemm["problem"]] == ["hidden_states_5"]
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)

@@ -190,9 +190,9 @@ def test_an_entry_measured_slower_than_torch_compile_is_not_swapped_unless_asked
     model, (ids,) = tiny_llama()
     with torch.no_grad():
         gm, _ = dynamo_graph(model, ids)
-        kept = [r for r in swap_regions(gm, library) if r.entry]
+        kept = [r for r in swap_regions(gm, library, split_fusions=True) if r.entry]
         gm, _ = dynamo_graph(model, ids)
-        swapped = [r for r in swap_regions(gm, library, min_speedup=0.5) if r.entry]
+        swapped = [r for r in swap_regions(gm, library, min_speedup=0.5, split_fusions=True) if r.entry]
     assert [(r.swapped, r.reason) for r in kept] == [
         (False, "0.8x vs torch.compile on its problem (< 1)")
     ] * 3
@@ -251,7 +251,7 @@ def test_two_norms_in_a_row_are_both_swapped_and_right(library_dir):
     x = torch.randn(2, 8, 64)
     with torch.no_grad():
         gm, inputs = dynamo_graph(twice, x, *weights)
-        regions = [r for r in swap_regions(gm, library) if r.entry]
+        regions = [r for r in swap_regions(gm, library, split_fusions=True) if r.entry]
         assert [r.swapped for r in regions] == [True, True]
         got = gm(*inputs)
     torch.testing.assert_close(got[0] if isinstance(got, (tuple, list)) else got, twice(x, *weights))

@@ -1,0 +1,81 @@
+"""On a GPU, library entries are swapped in as ``triton_op``s that Inductor traces into its own generated code:
+the evolved kernel is launched from there, with no Python custom-op call around it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from ksmith_compile import Recorder, load_library
+
+from .conftest import DATA, ksmith
+from .helpers import tiny_llama
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module")
+def cuda_library(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("cuda_library")
+    run = root / "run"
+    proc = ksmith(
+        "evolve", DATA / "llama_rmsnorm.py", "--budget", "2", "--device", "cuda", "--run-dir", run, "--json"
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["best"]["status"] == "ok"
+    lib = root / "lib"
+    proc = ksmith("export", run, "--target", "library", "-o", lib)
+    assert proc.returncode == 0, proc.stderr
+    return lib
+
+
+def _kernel_names(entry) -> list[str]:
+    import sys
+
+    module = sys.modules[type(entry.kernel).__module__]
+    return [obj.fn.__name__ for obj in vars(module).values() if hasattr(obj, "fn") and hasattr(obj, "run")]
+
+
+def _launched(fn, *args) -> list[str]:
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn(*args)
+        torch.cuda.synchronize()
+    return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+
+
+def test_the_entry_is_a_triton_op_inductor_inlines_and_its_kernel_runs(cuda_library):
+    from torch._inductor.utils import run_and_get_code
+
+    entry = load_library(cuda_library).entries[0]
+    assert entry.op.name().endswith("_inline"), entry.inline_reason
+    names = _kernel_names(entry)
+    assert names
+    model, inputs = tiny_llama()
+    model, inputs = model.cuda(), [t.cuda() for t in inputs]
+    with torch.no_grad():
+        want = model(*inputs)
+        torch._dynamo.reset()
+        with Recorder() as recorder:
+            compiled = torch.compile(
+                model,
+                backend="kernelsmith",
+                options={"library": str(cuda_library), "min_speedup": 0, "split_fusions": 1},
+            )
+            got, codes = run_and_get_code(compiled, *inputs)
+        assert [r.swapped for r in recorder.regions if r.entry] == [True, True, True]
+        code = "\n".join(codes)
+        assert "kernelsmith" not in code  # no opaque op call left in Inductor's wrapper
+        assert any(name in code for name in names)  # the evolved kernel's source is in Inductor's code
+        assert entry.inlined > 0 and entry.calls == 0
+        torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+        launched = _launched(compiled, *inputs)
+        assert any(name in k for k in launched for name in names), launched
+        torch._dynamo.reset()
+        plain = torch.compile(model, backend="inductor")
+        plain(*inputs)
+        assert not any(name in k for k in _launched(plain, *inputs) for name in names)
