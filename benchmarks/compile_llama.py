@@ -123,8 +123,10 @@ def build_library(
     return library
 
 
-def time_forward(fn, inputs, device: str, warmup: int, reps: int) -> float:
-    """Median milliseconds of one forward (CUDA events on a GPU)."""
+def time_forward(fn, inputs, device: str, warmup: int, reps: int, calls: int = 20) -> float:
+    """Milliseconds per forward: the median over ``reps`` of ``calls`` back-to-back forwards between two CUDA
+    events, as a serving loop runs them (host time shows only where the host, not the GPU, is the bottleneck;
+    one synchronised call per sample would add the launch latency and its jitter to every sample)."""
     import torch
 
     for _ in range(warmup):
@@ -132,12 +134,14 @@ def time_forward(fn, inputs, device: str, warmup: int, reps: int) -> float:
     times = []
     for _ in range(reps):
         if device == "cuda":
+            torch.cuda.synchronize()
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
-            fn(*inputs)
+            for _ in range(calls):
+                fn(*inputs)
             end.record()
             torch.cuda.synchronize()
-            times.append(start.elapsed_time(end))
+            times.append(start.elapsed_time(end) / calls)
         else:
             t0 = time.perf_counter()
             fn(*inputs)
@@ -145,7 +149,18 @@ def time_forward(fn, inputs, device: str, warmup: int, reps: int) -> float:
     return statistics.median(times)
 
 
-def measure(model_file: Path, library: Path, device: str, warmup: int, reps: int) -> dict:
+VARIANTS = [
+    (backend, mode) for mode in ("default", "reduce-overhead") for backend in ("inductor", "kernelsmith")
+]
+
+
+def measure(
+    model_file: Path, library: Path, device: str, warmup: int, reps: int, rounds: int = 3, calls: int = 20
+) -> dict:
+    """Eager and the four compiled variants, timed in ``rounds`` interleaved rounds (each variant on its own
+    copy of the model, so all stay compiled): per variant the median over rounds and the rounds' spread."""
+    import copy
+
     import torch
 
     import ksmith_compile
@@ -157,22 +172,32 @@ def measure(model_file: Path, library: Path, device: str, warmup: int, reps: int
         model = module.Model().eval()
         inputs = list(module.get_inputs())
     os.environ["KSMITH_LIBRARY"] = str(library)  # torch.compile takes no options= together with mode=
-    results: dict = {"regions": None}
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
+    results: dict = {"regions": None, "rounds": rounds}
+    fns = {"eager": model}
     with torch.no_grad():
         want = model(*inputs)
-        results["eager_ms"] = time_forward(model, inputs, device, warmup, reps)
-        for mode in ("default", "reduce-overhead"):
-            for backend in ("inductor", "kernelsmith"):
-                torch._dynamo.reset()
-                with ksmith_compile.Recorder() as recorder:
-                    compiled = torch.compile(model, backend=backend, mode=mode)
-                    got = compiled(*inputs)
-                key = f"{backend}_{mode}"
-                results[f"{key}_max_abs_diff"] = (got.float() - want.float()).abs().max().item()
-                results[f"{key}_ms"] = time_forward(compiled, inputs, device, warmup, reps)
-                if backend == "kernelsmith" and mode == "default":
-                    results["regions"] = [r.to_dict() for r in recorder.regions]
+        torch._dynamo.reset()
+        for backend, mode in VARIANTS:
+            key = f"{backend}_{mode}"
+            with ksmith_compile.Recorder() as recorder:
+                fns[key] = torch.compile(copy.deepcopy(model), backend=backend, mode=mode)
+                got = fns[key](*inputs)
+            results[f"{key}_max_abs_diff"] = (got.float() - want.float()).abs().max().item()
+            if backend == "kernelsmith" and mode == "default":
+                results["regions"] = [r.to_dict() for r in recorder.regions]
+        per_round: dict[str, list[float]] = {key: [] for key in fns}
+        for _ in range(rounds):
+            for key, fn in fns.items():
+                per_round[key].append(time_forward(fn, inputs, device, warmup, reps, calls))
+    for key, times in per_round.items():
+        results[f"{key}_ms"] = statistics.median(times)
+        results[f"{key}_rounds_ms"] = times
+        results[f"{key}_spread"] = (max(times) - min(times)) / statistics.median(times)
     results["swapped"] = sum(1 for r in results["regions"] or () if r["swapped"])
+    results["inlined"] = sum(
+        1 for r in results["regions"] or () if r["swapped"] and "_inline" in r["reason"].split(" (")[0]
+    )
     return results
 
 
@@ -194,14 +219,25 @@ def main() -> None:
         help="stop the bench after this long and time the model with the regions evolved so far (resumes)",
     )  # fmt: skip
     parser.add_argument("--warmup", type=int, default=10)
-    parser.add_argument("--reps", type=int, default=50)
+    parser.add_argument("--reps", type=int, default=20, help="samples of --calls back-to-back forwards")
+    parser.add_argument("--calls", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved timing rounds (spread reported)")
+    parser.add_argument(
+        "--split-fusions", action="store_true",
+        help="also swap norms Inductor would fuse with a neighbour (the backend's split_fusions option)",
+    )  # fmt: skip
     args = parser.parse_args()
 
+    if args.split_fusions:
+        os.environ["KSMITH_SPLIT_FUSIONS"] = "1"  # torch.compile takes no options= together with mode=
     config = dict(TINY if args.tiny else FULL)
     if args.layers:
         config["num_hidden_layers"] = args.layers
     args.out.mkdir(parents=True, exist_ok=True)
-    all_results = {"config": config, "dtype": args.dtype, "budget": args.budget, "shapes": {}}
+    all_results = {
+        "config": config, "dtype": args.dtype, "budget": args.budget, "split_fusions": args.split_fusions,
+        "shapes": {},
+    }  # fmt: skip
     for shape in args.shapes:
         batch, seq = (int(v) for v in shape.split("x"))
         work = args.out / f"b{batch}_s{seq}"
@@ -213,7 +249,7 @@ def main() -> None:
             library = build_library(
                 model_file, work, args.device, args.budget, args.parallel, args.bench_seconds
             )
-        result = measure(model_file, library, args.device, args.warmup, args.reps)
+        result = measure(model_file, library, args.device, args.warmup, args.reps, args.rounds, args.calls)
         all_results["shapes"][shape] = result
         (args.out / "results.json").write_text(json.dumps(all_results, indent=2))
 
@@ -226,17 +262,23 @@ def main() -> None:
     except Exception:  # noqa: BLE001 - versions are a courtesy
         pass
     (args.out / "results.json").write_text(json.dumps(all_results, indent=2))
+    print("ms: median of the rounds' medians (spread: max-min over median)")
     print(
-        "| shape | eager ms | inductor ms | kernelsmith ms | speedup | inductor RO ms | kernelsmith RO ms | speedup RO | swapped |"
+        "| shape | eager | inductor | kernelsmith | speedup | inductor RO | kernelsmith RO | speedup RO "
+        "| swapped (inlined) |"
     )
     print("|---|---|---|---|---|---|---|---|---|")
+
+    def cell(r: dict, key: str) -> str:
+        return f"{r[key + '_ms']:.3f} (±{100 * r.get(key + '_spread', 0) / 2:.1f}%)"
+
     for shape, r in all_results["shapes"].items():
         d = r["inductor_default_ms"] / r["kernelsmith_default_ms"]
         ro = r["inductor_reduce-overhead_ms"] / r["kernelsmith_reduce-overhead_ms"]
         print(
-            f"| {shape} | {r['eager_ms']:.3f} | {r['inductor_default_ms']:.3f} | {r['kernelsmith_default_ms']:.3f} "
-            f"| {d:.3f}x | {r['inductor_reduce-overhead_ms']:.3f} | {r['kernelsmith_reduce-overhead_ms']:.3f} "
-            f"| {ro:.3f}x | {r['swapped']} |"
+            f"| {shape} | {cell(r, 'eager')} | {cell(r, 'inductor_default')} | {cell(r, 'kernelsmith_default')} "
+            f"| {d:.3f}x | {cell(r, 'inductor_reduce-overhead')} | {cell(r, 'kernelsmith_reduce-overhead')} "
+            f"| {ro:.3f}x | {r['swapped']} ({r.get('inlined', 0)}) |"
         )
 
 
