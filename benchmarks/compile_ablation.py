@@ -24,7 +24,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from compile_llama import time_forward  # noqa: E402
+from compile_llama import time_forward, versions  # noqa: E402
 
 
 def main() -> None:
@@ -98,12 +98,7 @@ def main() -> None:
             "speedup_per_round": paired,
         })  # fmt: skip
     result = {"mode": args.mode, "work": args.work.name, "rounds": args.rounds, "variants": rows}
-    try:
-        result["versions"] = {"torch": torch.__version__}
-        if args.device == "cuda":
-            result["gpu"] = torch.cuda.get_device_name()
-    except Exception:  # noqa: BLE001 - versions are a courtesy
-        pass
+    result.update(versions(args.device))
     if args.out:
         args.out.write_text(json.dumps(result, indent=2))
     print(f"{args.work.name}, mode {args.mode}: ms per forward, median of {args.rounds} rounds")

@@ -149,6 +149,19 @@ def time_forward(fn, inputs, device: str, warmup: int, reps: int, calls: int = 2
     return statistics.median(times)
 
 
+def versions(device: str) -> dict:
+    """torch's version and, on a GPU, its name: what every results file records."""
+    try:
+        import torch
+
+        found: dict = {"versions": {"torch": torch.__version__}}
+        if device == "cuda":
+            found["gpu"] = torch.cuda.get_device_name()
+        return found
+    except Exception:  # noqa: BLE001 - versions are a courtesy
+        return {}
+
+
 VARIANTS = [
     (backend, mode) for mode in ("default", "reduce-overhead") for backend in ("inductor", "kernelsmith")
 ]
@@ -253,14 +266,7 @@ def main() -> None:
         all_results["shapes"][shape] = result
         (args.out / "results.json").write_text(json.dumps(all_results, indent=2))
 
-    try:
-        import torch
-
-        all_results["versions"] = {"torch": torch.__version__}
-        if args.device == "cuda":
-            all_results["gpu"] = torch.cuda.get_device_name()
-    except Exception:  # noqa: BLE001 - versions are a courtesy
-        pass
+    all_results.update(versions(args.device))
     (args.out / "results.json").write_text(json.dumps(all_results, indent=2))
     print("ms: median of the rounds' medians (spread: max-min over median)")
     print(

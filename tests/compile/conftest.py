@@ -36,13 +36,12 @@ def ksmith(*args: object, cwd: Path | None = None, env: dict | None = None) -> s
     )
 
 
-@pytest.fixture(scope="session")
-def library_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """``OUT/llama_rmsnorm/{kernel.py,problem.py,entry.json}``: Llama's RMSNorm at the tiny decoder's shapes."""
-    root = tmp_path_factory.mktemp("library")
+def evolved_library(root: Path, device: str) -> Path:
+    """``ROOT/lib/llama_rmsnorm/{kernel.py,problem.py,entry.json}``: a real ``ksmith evolve`` (budget 2) of Llama's
+    RMSNorm at the tiny decoder's shapes on ``device``, exported with ``--target library``."""
     run = root / "run"
     proc = ksmith(
-        "evolve", DATA / "llama_rmsnorm.py", "--budget", "2", "--device", "cpu", "--run-dir", run, "--json"
+        "evolve", DATA / "llama_rmsnorm.py", "--budget", "2", "--device", device, "--run-dir", run, "--json"
     )
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["best"]["status"] == "ok"
@@ -50,6 +49,12 @@ def library_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     proc = ksmith("export", run, "--target", "library", "-o", lib)
     assert proc.returncode == 0, proc.stderr
     return lib
+
+
+@pytest.fixture(scope="session")
+def library_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The library on the CPU interpreter, shared by the tests of this directory."""
+    return evolved_library(tmp_path_factory.mktemp("library"), "cpu")
 
 
 @pytest.fixture

@@ -3,7 +3,6 @@ the evolved kernel is launched from there, with no Python custom-op call around 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -11,7 +10,7 @@ import torch
 
 from ksmith_compile import Recorder, load_library
 
-from .conftest import DATA, ksmith
+from .conftest import evolved_library
 from .helpers import tiny_llama
 
 pytestmark = pytest.mark.gpu
@@ -19,17 +18,7 @@ pytestmark = pytest.mark.gpu
 
 @pytest.fixture(scope="module")
 def cuda_library(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("cuda_library")
-    run = root / "run"
-    proc = ksmith(
-        "evolve", DATA / "llama_rmsnorm.py", "--budget", "2", "--device", "cuda", "--run-dir", run, "--json"
-    )
-    assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout)["best"]["status"] == "ok"
-    lib = root / "lib"
-    proc = ksmith("export", run, "--target", "library", "-o", lib)
-    assert proc.returncode == 0, proc.stderr
-    return lib
+    return evolved_library(tmp_path_factory.mktemp("cuda_library"), "cuda")
 
 
 def _kernel_names(entry) -> list[str]:
