@@ -183,6 +183,13 @@ def _row(
         "reference_compile_spread": (
             verdict.reference_compile.spread if verdict and verdict.reference_compile else None
         ),
+        # The configuration torch.compile's autotuner kept for each of its tuned kernels (docs/evaluation.md,
+        # "Steady references"): two benches' compile references are comparable when these agree.
+        "reference_compile_picks": [
+            k["chosen"] for k in (verdict.details.get("compile_reference_autotune") or [])
+        ]
+        if verdict
+        else [],
         "interpreted": verdict.interpreted if verdict else False,
         "device": verdict.device if verdict else None,
         "reasons": list(verdict.reasons) if verdict else ["NO_CANDIDATE: no ModelNew beside the problem"],

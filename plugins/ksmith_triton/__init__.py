@@ -9,4 +9,4 @@ per-GPU lock (exclusive while timing, shared for other GPU work), ``admission.py
 """
 
 # Bump when anything that changes measured numbers or verdicts changes: it is part of every cache key.
-PROTOCOL_VERSION = 3
+PROTOCOL_VERSION = 4  # 4: torch.compile references autotune with ksmith's timing loop (inductor_tuning.py)

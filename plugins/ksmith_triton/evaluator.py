@@ -51,6 +51,7 @@ from ksmith_core.model import (
 )
 from ksmith_triton import PROTOCOL_VERSION, admission
 from ksmith_triton.compare import tolerance_table
+from ksmith_triton.inductor_tuning import autotune_summary
 from ksmith_triton.locks import (
     LOCK_DIR_ENV,
     choose_gpu,
@@ -236,7 +237,15 @@ def child_env(device: str, gpu: str | None) -> dict[str, str]:
 # What the timed calls reported
 # ---------------------------------------------------------------------------------------------------------------
 
-REFERENCE_FIELDS = ("eager_ms", "eager_blocks", "compile_ms", "compile_blocks", "compile_error", "host_ms")
+REFERENCE_FIELDS = (
+    "eager_ms",
+    "eager_blocks",
+    "compile_ms",
+    "compile_blocks",
+    "compile_error",
+    "compile_autotune",
+    "host_ms",
+)
 SAMPLED_CALL_FIELDS = (
     "index",
     "set",
@@ -1103,6 +1112,8 @@ class Evaluation:
             self.details["reference_host_median_ms"] = reference["host_ms"]
         if reference.get("compile_error"):
             self.details["compile_reference_error"] = reference["compile_error"]
+        if autotuned := autotune_summary(reference.get("compile_autotune")):
+            self.details["compile_reference_autotune"] = autotuned
         speedup = eager.median_ms / runtime.median_ms if runtime.median_ms > 0 else None
         speedup_compile = (
             compiled.median_ms / runtime.median_ms if compiled and runtime.median_ms > 0 else None
