@@ -34,26 +34,12 @@ PROBLEMS = HERE.parent / "plugins" / "ksmith_problems" / "problems"
 DEFAULT = ["mean_reduction", "matmul_bias_relu", "sum_reduction", "l2_norm", "softmax"]
 
 
-def load_problem(name: str):
-    import importlib.util
-
-    path = next(PROBLEMS.rglob(f"{name}.py"))
-    spec = importlib.util.spec_from_file_location(f"problem_{name}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def label(config: Any) -> str:
-    from ksmith_triton.inductor_tuning import _config_label
-
-    return _config_label(config)
-
-
 def recording_autotuner(seen: list[dict[str, Any]], force: int | None):
     """Wrap Inductor's benchmark_all_configs: record its timings per configuration; with ``force``, report every
     configuration but that one as failed (inf), so the autotuner keeps it."""
     from torch._inductor.runtime import triton_heuristics as heuristics
+
+    from ksmith_triton.inductor_tuning import config_label as label
 
     original = heuristics.CachingAutotuner.benchmark_all_configs
 
@@ -82,13 +68,13 @@ def child(name: str, mode: str, force: int | None, repeats: int, blocks: int, tr
     import torch
     import torch._inductor.config as inductor_config
 
-    from ksmith_triton.child_common import make_inputs, make_model
+    from ksmith_triton.child_common import load_problem_module, make_inputs, make_model
     from ksmith_triton.inductor_tuning import steady_autotuning
     from ksmith_triton.timing import reference_timers, time_calls
 
     inductor_config.fx_graph_cache = False
     inductor_config.autotune_local_cache = False
-    problem = load_problem(name)
+    problem = load_problem_module(next(PROBLEMS.rglob(f"{name}.py")).read_text(), None)
     model = make_model(problem.Model, problem, 1234, "cuda")
     input_sets = [make_inputs(problem, seed, "cuda") for seed in (11, 12, 13)]
     timers = reference_timers("cuda")
@@ -162,6 +148,18 @@ def table(rows: list[dict[str, Any]]) -> list[str]:
     return out
 
 
+def most_configs(rows: list[dict[str, Any]], name: str) -> int:
+    """The most configurations any tuned kernel of ``name`` had, in the runs measured so far."""
+    counts = [
+        len(pick.get("inductor_ms") or pick.get("ksmith_ms") or {})
+        for row in rows
+        if row["problem"] == name and "runs" in row
+        for run in row["runs"]
+        for pick in run["picks"]
+    ]
+    return max(counts, default=0)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -186,20 +184,12 @@ def main(argv: list[str] | None = None) -> int:
         rows = json.loads(args.out.read_text())["rows"]
     done = {(r["problem"], r["mode"], r.get("force")) for r in rows if "error" not in r}
     for name in args.problems:
-        n_configs = 0
         for mode in [m for m in args.modes if m != "force"]:
             if (name, mode, None) not in done:
                 rows.append(run_child(name, mode, None, args))
                 print(table([rows[-1]])[-1], flush=True)
-            for row in rows:
-                if row["problem"] == name and "runs" in row:
-                    for run in row["runs"]:
-                        for pick in run["picks"]:
-                            n_configs = max(
-                                n_configs, len(pick.get("inductor_ms") or pick.get("ksmith_ms") or {})
-                            )
         if "force" in args.modes:
-            for index in range(min(n_configs, args.max_forced)):
+            for index in range(min(most_configs(rows, name), args.max_forced)):
                 if (name, "force", index) not in done:
                     saved, args.repeats = args.repeats, 1
                     rows.append(run_child(name, "force", index, args))

@@ -75,7 +75,8 @@ class ProtocolBenchmarker:
         return float(statistics.median(timed.samples_ms))
 
 
-def _config_label(config: Any) -> str:
+def config_label(config: Any) -> str:
+    """One configuration as text: its block sizes, warps and stages."""
     kwargs = dict(getattr(config, "kwargs", {}) or {})
     parts = [f"{k}={v}" for k, v in sorted(kwargs.items())]
     parts += [
@@ -107,12 +108,12 @@ def _interleaved_rounds(tuner: Any, picks: list[dict[str, Any]], rounds: int, ar
             "kernel": meta.get("kernel_name") or getattr(getattr(tuner, "fn", None), "__name__", "kernel"),
             "configs": [
                 {
-                    "config": _config_label(launcher.config),
+                    "config": config_label(launcher.config),
                     "rounds_ms": [round(v, 5) for v in samples[launcher]],
                 }
                 for launcher in launchers
             ],
-            "chosen": _config_label(best.config),
+            "chosen": config_label(best.config),
         }
     )
     return timings

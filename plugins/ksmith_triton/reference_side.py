@@ -327,7 +327,7 @@ def prepare_reference_timing(
         "autotune": autotune,
         "inputs": input_sets,
     }
-    return {"compile_error": compile_error, "autotune": autotune}
+    return {"compile_error": compile_error}
 
 
 REFERENCE_BLOCKS = 3  # eager and torch.compile are timed in this many interleaved blocks each
