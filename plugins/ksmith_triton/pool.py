@@ -8,6 +8,10 @@ the same as a fresh process: no candidate code has ever run in it before its job
 
 A spare is only handed out for the device, GPU and environment it was started with (the environment is part
 of the key, so a changed ``TRITON_CACHE_DIR`` or any other variable never reaches a candidate stale).
+Workers (spares or not) are forked from a server that has done the imports once per key (``forkserver.py``),
+so a spare costs its CUDA context and warm-up kernel, not a new interpreter; if the server cannot be started
+or dies, workers start as new interpreters, as they do with ``KSMITH_FORKSERVER=0``.
+
 ``KSMITH_WARM_WORKERS`` sets the number of spares per key (``0`` turns them off); by default it is twice the
 most evaluations seen in flight at once, up to ``MAX_SPARES`` on a GPU and half the cores on the CPU.
 """
@@ -19,6 +23,7 @@ import os
 import threading
 from typing import Any
 
+from ksmith_triton import forkserver
 from ksmith_triton.sandbox import Child, private_dir, remove_tree, scrubbed_environment
 
 MAX_SPARES = 16
@@ -39,8 +44,11 @@ class WarmPool:
         self._in_flight = 0
         self._peak = 0
         self._taken = 0
+        self._servers: dict[tuple[Any, ...], forkserver.ForkServer] = {}
+        self._server_lock = threading.Lock()
         self.spawned = 0  # counters, for tests and for whoever tunes throughput
         self.reused = 0
+        self.forked = 0
 
     def _target(self, device: str) -> int:
         configured = os.environ.get("KSMITH_WARM_WORKERS", "").strip()
@@ -56,13 +64,44 @@ class WarmPool:
 
     def _spawn(self, device: str, env_extra: dict[str, str]) -> Child:
         self.spawned += 1
-        return Child(
-            "candidate",
-            None,
-            private_dir("ksmith-cand-"),
-            env_extra,
-            warm_device=device,
-        )
+        scratch = private_dir("ksmith-cand-")
+        server = self._server(_key(device, env_extra), env_extra) if self._taken >= 2 else None
+        if server is not None:
+            try:
+                child = Child("candidate", None, scratch, env_extra, warm_device=device, forkserver=server)
+                self.forked += 1
+                return child
+            except forkserver.ForkServerGone:
+                self._retire_server(server)
+        return Child("candidate", None, scratch, env_extra, warm_device=device)
+
+    def _server(self, key: tuple[Any, ...], env_extra: dict[str, str]) -> forkserver.ForkServer | None:
+        """The fork server for ``key`` if it is ready. One is started when there is none (from the second
+        evaluation on, as spares are: a single evaluation would not repay its imports); workers wanted while
+        it imports start as new interpreters, so nothing waits for it."""
+        if not forkserver.enabled():
+            return None
+        with self._server_lock:
+            server = self._servers.get(key)
+            if server is not None and server.alive():
+                return server if server.ready.is_set() else None
+            if server is not None:
+                self._servers.pop(key)
+                _close_server(server)
+            for other in [k for k, s in self._servers.items() if k[2] != key[2] and not s.busy()]:
+                _close_server(self._servers.pop(other))  # the environment moved on
+            try:
+                server = forkserver.ForkServer(scrubbed_environment(env_extra), private_dir("ksmith-fork-"))
+            except OSError:
+                return None
+            self._servers[key] = server
+            return None
+
+    def _retire_server(self, server: forkserver.ForkServer) -> None:
+        with self._server_lock:
+            for key in [k for k, s in self._servers.items() if s is server]:
+                self._servers.pop(key)
+        _close_server(server)
 
     def take(self, device: str, env_extra: dict[str, str]) -> Child:
         """A started, idle candidate worker for ``device`` with ``env_extra``; give it back with ``done``."""
@@ -117,6 +156,16 @@ class WarmPool:
             self._spares.clear()
         for child in spares:
             discard(child)
+        with self._server_lock:
+            servers = list(self._servers.values())
+            self._servers.clear()
+        for server in servers:
+            _close_server(server)
+
+
+def _close_server(server: forkserver.ForkServer) -> None:
+    server.close()
+    remove_tree(server.scratch)
 
 
 def discard(child: Child) -> None:

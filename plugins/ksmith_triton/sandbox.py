@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ksmith_triton.forkserver import ForkedProcess, ForkServer
+
 SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD")
 OUTPUT_TAIL_CHARS = 4000
 RSS_POLL_S = 0.1
@@ -79,10 +81,12 @@ class Child:
         env_extra: dict[str, str] | None = None,
         rss_limit_mb: int | None = None,
         warm_device: str | None = None,
+        forkserver: ForkServer | None = None,
     ) -> None:
         """Start the worker. With ``job=None`` it starts idle (imports done, waiting): ``start(job)`` later.
         ``warm_device`` ("cuda" or "cpu") has an idle candidate worker warm up for that device (CUDA context,
-        Triton launch path) before its job arrives."""
+        Triton launch path) before its job arrives. With ``forkserver`` the worker is forked from it (whose
+        environment is ``env_extra``'s) instead of started as a new interpreter."""
         self.nonce = secrets.token_hex(16)
         self.scratch = scratch
         self.rss_limit_mb = rss_limit_mb
@@ -92,21 +96,31 @@ class Child:
         self.stdout_path = scratch / "stdout.txt"
         self.stderr_path = scratch / "stderr.txt"
         read_fd, write_fd = os.pipe()
-        argv = [sys.executable, "-m", "ksmith_triton.worker", role, str(write_fd)]
-        if warm_device:
-            argv.append(warm_device)
-        with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
-            self.proc = subprocess.Popen(
-                argv,
-                stdin=subprocess.PIPE,
-                stdout=out,
-                stderr=err,
-                cwd=scratch,
-                env=self.env,
-                pass_fds=(write_fd,),
-                start_new_session=True,
-            )
-        os.close(write_fd)
+        tail = [warm_device] if warm_device else []
+        self.proc: subprocess.Popen[bytes] | ForkedProcess
+        try:
+            if forkserver is not None:
+                self.proc = forkserver.spawn(
+                    [role, "{report_fd}", *tail], scratch, self.stdout_path, self.stderr_path, write_fd
+                )
+            else:
+                argv = [sys.executable, "-m", "ksmith_triton.worker", role, str(write_fd), *tail]
+                with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
+                    self.proc = subprocess.Popen(
+                        argv,
+                        stdin=subprocess.PIPE,
+                        stdout=out,
+                        stderr=err,
+                        cwd=scratch,
+                        env=self.env,
+                        pass_fds=(write_fd,),
+                        start_new_session=True,
+                    )
+        except BaseException:
+            os.close(read_fd)
+            raise
+        finally:
+            os.close(write_fd)
         self._reader = threading.Thread(target=self._read, args=(read_fd,), daemon=True)
         self._reader.start()
         if job is not None:
@@ -196,6 +210,11 @@ class Child:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
+        if self.proc.poll() is None:  # not (yet) the leader of its own group
+            try:
+                os.kill(self.proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
         try:
             self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:

@@ -12,6 +12,10 @@ reference's process never loads the candidate's:
     candidate's outputs with them, eager and torch.compile timings, the GPU's ceilings. It never runs
     candidate code.
 
+``forkserver``
+    ``forkserver.py``: imports what a candidate worker needs once, then forks candidate workers on request
+    (``pool.py`` uses it unless ``KSMITH_FORKSERVER=0``). It never runs candidate code.
+
 What both share (the report channel, the problem rebuilt from its source text) is in ``child_common.py``.
 """
 
@@ -26,6 +30,8 @@ def main(argv: list[str]) -> int:
         from ksmith_triton.candidate_side import main as serve_role
     elif role == "reference":
         from ksmith_triton.reference_side import main as serve_role
+    elif role == "forkserver":
+        from ksmith_triton.forkserver import serve as serve_role
     else:
         print(f"ksmith_triton.worker: unknown role {role!r}", file=sys.stderr)
         return 2
