@@ -59,6 +59,7 @@ def pairs_in(directory: Path) -> list[tuple[Any, Any]]:
 def stability(problem_path: Path, candidate_path: Path, options: Any, repeats: int) -> dict[str, Any]:
     from ksmith_core.loading import load_candidate, load_problem
     from ksmith_triton.evaluator import evaluate
+    from ksmith_triton.pool import POOL
 
     problem, candidate = load_problem(problem_path), load_candidate(candidate_path)
     evaluate(problem, candidate, options)  # warm: compiles, fills the reference cache
@@ -137,6 +138,7 @@ def throughput(
 
     from ksmith_core.loading import load_candidate, load_problem
     from ksmith_triton.evaluator import evaluate
+    from ksmith_triton.pool import POOL
 
     clock = time.monotonic()
 
@@ -162,8 +164,10 @@ def throughput(
         os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="ksmith-bench-triton-")
         judge((load_problem(CASES / "scale_add.py"), load_candidate(CASES / "scale_add_ok.py")))
         started = time.monotonic()
+        spawned, forked = POOL.spawned, POOL.forked
         verdicts = list(pool.map(judge, work))
         seconds = time.monotonic() - started
+        spawned, forked = POOL.spawned - spawned, POOL.forked - forked
     # Isolation: the seeds were timed above while seven other evaluations ran; time them again one at a time.
     # If other evaluations' GPU work leaked into timed loops, the loaded runtimes would be the slower ones.
     alone = [evaluate(problem, seed, options) for problem, seed in pairs]
@@ -203,6 +207,9 @@ def throughput(
         "median_phase_seconds": phases,
         "median_worker_step_seconds": steps,
         "median_eval_seconds": statistics.median(v.eval_seconds or 0.0 for v in verdicts),
+        # candidate workers started during the measured pass, and how many of them were forked (forkserver.py)
+        "workers_started": spawned,
+        "workers_forked": forked,
         "isolation": isolation,
         "max_isolation_difference": max((abs(r["difference"]) for r in isolation), default=None),
         "per_evaluation": [
@@ -214,6 +221,7 @@ def throughput(
                 "runtime_ms": v.runtime_ms,
                 "eval_seconds": v.eval_seconds,
                 "phases": dict(v.phases),
+                "timing": {k: x for k, x in v.details.get("timing", {}).items() if k != "fully_checked_calls"},
                 "reasons": list(v.reasons)[:2],
             }
             for (p, c), v in zip(work, verdicts)
@@ -295,6 +303,13 @@ def main(argv: list[str] | None = None) -> int:
         default=list(THROUGHPUT_PROBLEMS),
         help="Problem names (in --problems) for the throughput workload.",
     )
+    parser.add_argument(
+        "--forkserver",
+        choices=["on", "off", "both"],
+        default="on",
+        help="Candidate workers forked from a pre-imported server (on), started as new interpreters (off), or "
+        "each workload measured both ways in turn, off first, on the same machine and reference cache (both).",
+    )
     parser.add_argument("--device", choices=["cuda", "cpu"], default=None)
     parser.add_argument("--timing-trials", type=int, default=100)
     parser.add_argument(
@@ -344,15 +359,21 @@ def main(argv: list[str] | None = None) -> int:
         gpus = max(1, visible_gpu_count()) if device == "cuda" else 1
         chosen = [pair for pair in pairs if pair[0].name in set(args.throughput_problems)] or pairs
         results["throughput"] = []
-        for workers in args.workers:
+        modes = ["off", "on"] if args.forkserver == "both" else [args.forkserver]
+        for workers, forkserver in [(w, m) for w in args.workers for m in modes]:
+            os.environ["KSMITH_FORKSERVER"] = "1" if forkserver == "on" else "0"
             t = throughput(chosen, options, workers, gpus, args.variants)
+            t["forkserver"] = forkserver
             results["throughput"].append(t)
             print(
-                f"(b) throughput: {t['evaluations']} evaluations of {len(chosen)} problems in {t['seconds']:.1f} s "
+                f"(b) throughput, fork server {forkserver}: {t['evaluations']} evaluations of {len(chosen)} problems in {t['seconds']:.1f} s "
                 f"= {t['per_minute']:.1f}/min ({t['per_minute_per_gpu']:.1f}/min/GPU, {workers} workers); "
-                f"statuses {t['statuses']}; median phases {t['median_phase_seconds']}; "
+                f"statuses {t['statuses']}; workers started {t['workers_started']}, "
+                f"forked {t['workers_forked']}; median phases {t['median_phase_seconds']}; "
                 f"median worker steps {t['median_worker_step_seconds']}"
             )
+            exposed = sum(e["timing"].get("exposed_calls", 0) for e in t["per_evaluation"] if e["timing"])
+            print(f"    timed calls launched slower than their spin (all evaluations): {exposed}")
             for row in t["isolation"]:
                 print(
                     f"    isolation {row['problem']:<16} under load {row['under_load_ms']:.4f} ms, "

@@ -469,6 +469,7 @@ def run_trials_and_timing(
         calls=len(timed.samples_ms),
         warmup=timed.warmup,
         prequeue_ms=timed.prequeue_ms,
+        exposed_calls=timed.exposed,
         full_checks=check.full,
         peak_bytes=peak_memory_bytes(device),
     )

@@ -265,6 +265,7 @@ CHECKED_SLOWER = 1.10
 # Calls on inputs seen before this much faster than calls on fresh ones: a cache of results.
 CACHE_GAP = 1.5
 UNSTEADY_SPREAD = 0.02
+HOST_DELAY_SHARE = 0.05  # of timed calls launched slower than their spin covered: flagged above this
 MIN_FRESH_FOR_RUNTIME = 8  # fewer calls on fresh inputs (the CPU's short runs): the median of all calls  # a reference whose timing blocks differ more than this makes its speedup uncertain
 
 
@@ -347,6 +348,17 @@ def unsteady_reasons(runtime: TimingStats, eager: TimingStats, compiled: TimingS
             f"UNSTEADY_TIMING: the candidate's first and second half of timed calls differ by {runtime.spread:.1%}"
         )
     return reasons
+
+
+def host_delay_flag(exposed: int, calls: int) -> list[str]:
+    """A flag when more than ``HOST_DELAY_SHARE`` of the timed calls took longer to launch than the GPU spin
+    before them lasted (``timing.time_gpu``): their GPU time may include waiting for a busy host."""
+    if calls and exposed > HOST_DELAY_SHARE * calls:
+        return [
+            f"HOST_DELAYED_TIMING: {exposed} of {calls} timed calls took longer to launch than the GPU spin before "
+            "them lasted (a busy CPU?); their times may include the wait"
+        ]
+    return []
 
 
 def timing_contradictions(gpu_ms: list[float], sets: list[int]) -> list[str]:
@@ -1016,6 +1028,7 @@ class Evaluation:
             "calls": len(calls),
             "warmup": report.get("warmup"),
             "prequeue_ms": report.get("prequeue_ms"),
+            "exposed_calls": int(report.get("exposed_calls") or 0),
             "host_median_ms": host_ms[len(host_ms) // 2],
             "fully_checked_calls": [int(c["index"]) for c in full],
         }
@@ -1024,6 +1037,7 @@ class Evaluation:
             if contradictions:
                 return self.verdict(Status.REJECTED, contradictions)
             self.flags.extend(checked_slower_flag(gpu_ms, [int(c["index"]) for c in full]))
+            self.flags.extend(host_delay_flag(self.details["timing"]["exposed_calls"], len(calls)))
         # The candidate's time is its median over calls on fresh inputs (when there are enough): no cache of
         # any kind can make those faster. Calls on the prepared sets are checked all the same.
         fresh_ms = [t for t, c in zip(gpu_ms, calls) if int(c["set"]) < 0]

@@ -86,7 +86,10 @@ class TimedCalls:
     sets: list[int] = field(default_factory=list)  # the input set of each call (-1: fresh inputs)
     input_seeds: list[int | None] = field(default_factory=list)  # the seed of each call's fresh inputs
     warmup: int = 0
-    prequeue_ms: float = 0.0
+    prequeue_ms: float = 0.0  # the GPU spin before each call, the last used (it only grows: see time_gpu)
+    # Calls whose launch took longer than the spin before them: the GPU may have idled inside the timed span
+    # waiting for the host (a busy CPU). Each one lengthens the spin for the calls after it.
+    exposed: int = 0
 
 
 STAGING_COPIES = 3  # input buffers a timing loop rotates over (one when the inputs are large)
@@ -203,6 +206,11 @@ def time_gpu(
         host = (perf() - begin) * 1e3
         record(end, stream)
         sync()
+        if host >= spin_ms:  # the spin may have run out before the launch did: cover such a launch from now on
+            result.exposed += 1
+            spin_ms = min(PREQUEUE_MAX_MS, max(spin_ms, 2.0 * host + PREQUEUE_MIN_MS))
+            cycles = int(spin_ms * cycles_per_ms)
+            result.prequeue_ms = round(spin_ms, 4)
         result.samples_ms.append(float(elapsed(start, end)))
         result.host_ms.append(host)
         result.sets.append(chosen)
