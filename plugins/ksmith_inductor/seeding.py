@@ -11,8 +11,11 @@ and writes a module defining ``ModelNew``:
   (``XBLOCK``, ``R0_BLOCK``, ..., ``num_warps``, ``num_stages``) as literal keyword arguments, with a grid that
   reads its block sizes from the launch meta, so the mutate proposer can tune them.
 
-Where Inductor's output is not a set of Triton kernels a seed can launch (a matmul handed to cuBLAS, an eager
-fallback, dynamic shapes, ...), :class:`InductorSeedError` says why in one line.
+A matmul Inductor hands to a library (``extern_kernels.mm``, ``bmm``, ``addmm``, ``baddbmm``) becomes a call
+of ksmith's own tiled Triton GEMM (``gemm_template.py``), its bias and scaling in the kernel's epilogue.
+Where Inductor's output is otherwise not a set of Triton kernels a seed can launch (a convolution handed to
+cuDNN, an eager fallback such as attention, dynamic shapes, ...), :class:`InductorSeedError` says why in one
+line.
 
 On CUDA the model runs once, so the configuration is the one Inductor's autotuner kept. On CPU nothing can run
 Inductor's kernels natively (that needs triton-cpu), so the code is generated with Inductor's Triton CPU
@@ -41,6 +44,7 @@ from unittest import mock
 
 from ksmith_core.errors import KsmithError
 from ksmith_core.model import Problem
+from ksmith_inductor.gemm_template import GEMM_OPS, gemm_text
 
 NO_SEED = "no seed from inductor for this problem"
 
@@ -443,7 +447,9 @@ def _expect_layout(tensor: torch.Tensor, size: tuple, stride: tuple, name: str) 
 
 def _write_seed(problem: Problem, traced: Traced, generated: Generated, device: str) -> str:
     kernel_texts, kernel_imports, used_names = _kernel_texts(generated.kernels)
-    forward_body = traced.bindings + _ForwardWriter(traced, generated.kernels).translate(generated.wrapper)
+    writer = _ForwardWriter(traced, generated.kernels)
+    forward_body = traced.bindings + writer.translate(generated.wrapper)
+    kernel_texts += writer.gemm_texts
     init_text = _init_text(problem)
 
     libdevice_names = sorted(used_names.get("libdevice", set()))
@@ -656,6 +662,7 @@ class _ForwardWriter:
         self.names: dict[str, str] = {}  # Inductor's argN_1 -> expression in ModelNew
         self.device_expr = ""
         self.launches = 0
+        self.gemm_texts: list[str] = []  # ksmith's GEMM kernels for Inductor's library matmuls
 
     def translate(self, wrapper: str) -> list[str]:
         call = self._call_function(ast.parse(wrapper))
@@ -737,6 +744,8 @@ class _ForwardWriter:
             and func[: -len(".run")] in self.kernels
         ):
             return self._launch(self.kernels[func[: -len(".run")]], call)
+        if func.startswith("extern_kernels.") and func.removeprefix("extern_kernels.") in GEMM_OPS:
+            return self._gemm(func.removeprefix("extern_kernels."), call)
         self._refuse_call(func)
         raise InductorSeedError(f"cannot translate Inductor's wrapper call {ast.unparse(call)!r}: {NO_SEED}")
 
@@ -753,6 +762,23 @@ class _ForwardWriter:
             self._refuse_call(func)
         text = self._expr(value)
         return [f"{name} = {text}"]
+
+    def _gemm(self, op: str, call: ast.Call) -> list[str]:
+        """``extern_kernels.mm(a, b, out=buf)`` (and bmm, addmm, baddbmm) as a call of ksmith's Triton GEMM."""
+        operands, has_bias = GEMM_OPS[op]
+        keywords = {k.arg: k.value for k in call.keywords}
+        unknown = set(keywords) - {"out", "alpha", "beta"}
+        if len(call.args) != len(operands) or "out" not in keywords or unknown:
+            raise InductorSeedError(f"cannot translate Inductor's wrapper call {ast.unparse(call)!r}: {NO_SEED}")
+        named = dict(zip(operands, (self._expr(a) for a in call.args)))
+        helper, text = gemm_text(len(self.gemm_texts), op)
+        self.gemm_texts.append(text)
+        self.launches += 1
+        args = [named["a"], named["b"], self._expr(keywords["out"])]
+        if has_bias:
+            args.append(f"bias={named['bias']}")
+            args += [f"{k}={self._expr(keywords[k])}" for k in ("alpha", "beta") if k in keywords]
+        return [f"{helper}({', '.join(args)})"]
 
     def _refuse_call(self, func: str) -> None:
         if func.startswith("extern_kernels."):

@@ -191,22 +191,79 @@ def test_submodule_parameters_and_buffers_reach_the_kernels(tmp_path: Path) -> N
         torch.testing.assert_close(model_new(*inputs), model(*inputs), atol=1e-4, rtol=1e-4)
 
 
-def test_library_matmul_is_refused_in_one_line() -> None:
-    with pytest.raises(InductorSeedError) as caught:
-        seed_from_inductor(suite_problem("matmul/matmul.py"), "cpu", small=True)
-    message = str(caught.value)
-    assert isinstance(caught.value, KsmithError)
-    assert "\n" not in message
-    assert message == (
-        "Inductor computes aten.mm with an external library call (extern_kernels.mm), not a Triton kernel: "
-        "no seed from inductor for this problem"
+# A KernelBench-style level-2 problem in fp32: a Linear (addmm), a scale and a tanh, then a batched matmul
+# with beta and alpha (baddbmm); fp32 must pass the fp32 tolerance, so no TF32 may creep in.
+FP32_GEMM_PROBLEM = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, in_features, out_features, scale):
+        super().__init__()
+        self.linear = nn.Linear(in_features, out_features)
+        self.scale = scale
+
+    def forward(self, x, bias, a, b):
+        y = torch.tanh(self.linear(x) * self.scale)
+        return y, torch.baddbmm(bias, a, b, beta=2.0, alpha=0.5)
+
+
+batch_size, in_features, out_features, scale = 48, 96, 80, 0.7
+
+
+def get_inputs():
+    return [
+        torch.randn(batch_size, in_features),
+        torch.randn(3, 1, 40),
+        torch.randn(3, 24, 56),
+        torch.randn(3, 56, 40),
+    ]
+
+
+def get_init_inputs():
+    return [in_features, out_features, scale]
+"""
+
+
+@pytest.mark.parametrize("relative", ["matmul/matmul.py", "matmul/bmm.py", "matmul/matmul_bias_relu.py"])
+def test_library_matmuls_become_ksmith_gemm_kernels_the_evaluator_accepts(relative: str) -> None:
+    from ksmith_mutate.edits import possible_edits
+
+    problem = suite_problem(relative)
+    source = seed_from_inductor(problem, "cpu", small=True)
+    check_candidate_source(source)
+    assert "extern_kernels" not in source and "_gemm_0_kernel[grid](" in source
+    assert 'input_precision="ieee"' in source  # taken for fp32 operands only (these are fp16)
+    kinds = {edit.kind for edit in possible_edits(source)}
+    assert {"gemm_config", "dot_tile"} <= kinds  # the tiling edits recognise the GEMM
+    verdict = evaluate(problem, Candidate.from_source(source), EvalOptions(device="cpu", correctness_trials=2))
+    assert verdict.status is Status.OK, (verdict.reasons, verdict.error)
+
+
+def test_fp32_addmm_and_baddbmm_seed_keeps_fp32_numerics(tmp_path: Path) -> None:
+    path = tmp_path / "gemm_scale_tanh.py"
+    path.write_text(FP32_GEMM_PROBLEM, encoding="utf-8")
+    problem = load_problem(path)
+    source = seed_from_inductor(problem, "cpu", small=True)
+    assert "bias=self.linear.bias, alpha=1, beta=1)" in source  # the Linear, as addmm
+    assert "alpha=0.5, beta=2.0)" in source  # the baddbmm, its scaling applied in the kernel
+    assert "_gemm_1_kernel" in source  # one kernel per library call, each tuned on its own
+    verdict = evaluate(problem, Candidate.from_source(source), EvalOptions(device="cpu", correctness_trials=3))
+    assert verdict.status is Status.OK, (verdict.reasons, verdict.error)
+    # The ieee path is what keeps fp32: the same seed with TF32-style rounding of the operands fails.
+    rounded = source.replace(
+        'acc = tl.dot(a, b, acc, input_precision="ieee")',
+        "acc = tl.dot(a.to(tl.float16).to(tl.float32), b.to(tl.float16).to(tl.float32), acc)",
     )
+    assert rounded != source
+    worse = evaluate(problem, Candidate.from_source(rounded), EvalOptions(device="cpu", correctness_trials=3))
+    assert worse.status is Status.INCORRECT, worse.reasons
 
 
 @pytest.mark.parametrize(
     ("relative", "reason"),
     [
-        ("matmul/bmm.py", "Inductor computes aten.bmm with an external library call (extern_kernels.bmm)"),
         ("pooling/conv2d_bias_relu.py", "Inductor computes aten.convolution with an external library call"),
         ("attention/attention.py", "Inductor runs aten._scaled_dot_product"),
     ],
