@@ -59,7 +59,6 @@ def pairs_in(directory: Path) -> list[tuple[Any, Any]]:
 def stability(problem_path: Path, candidate_path: Path, options: Any, repeats: int) -> dict[str, Any]:
     from ksmith_core.loading import load_candidate, load_problem
     from ksmith_triton.evaluator import evaluate
-    from ksmith_triton.pool import POOL
 
     problem, candidate = load_problem(problem_path), load_candidate(candidate_path)
     evaluate(problem, candidate, options)  # warm: compiles, fills the reference cache
@@ -221,7 +220,9 @@ def throughput(
                 "runtime_ms": v.runtime_ms,
                 "eval_seconds": v.eval_seconds,
                 "phases": dict(v.phases),
-                "timing": {k: x for k, x in v.details.get("timing", {}).items() if k != "fully_checked_calls"},
+                "timing": {
+                    k: x for k, x in v.details.get("timing", {}).items() if k != "fully_checked_calls"
+                },
                 "reasons": list(v.reasons)[:2],
             }
             for (p, c), v in zip(work, verdicts)

@@ -769,7 +769,9 @@ class _ForwardWriter:
         keywords = {k.arg: k.value for k in call.keywords}
         unknown = set(keywords) - {"out", "alpha", "beta"}
         if len(call.args) != len(operands) or "out" not in keywords or unknown:
-            raise InductorSeedError(f"cannot translate Inductor's wrapper call {ast.unparse(call)!r}: {NO_SEED}")
+            raise InductorSeedError(
+                f"cannot translate Inductor's wrapper call {ast.unparse(call)!r}: {NO_SEED}"
+            )
         named = dict(zip(operands, (self._expr(a) for a in call.args)))
         helper, text = gemm_text(len(self.gemm_texts), op)
         self.gemm_texts.append(text)

@@ -92,8 +92,10 @@ class ForkServer:
                     self._exits[int(message["exited"])] = int(message["code"])
                     self._running.discard(int(message["exited"]))
                 elif "spawned" in message:
-                    self._spawned.append(int(message["spawned"]))
-                    self._running.add(int(message["spawned"]))
+                    pid = int(message["spawned"])
+                    self._exits.pop(pid, None)  # an earlier worker's pid, reused
+                    self._spawned.append(pid)
+                    self._running.add(pid)
                 elif "error" in message:
                     self._spawned.append(str(message["error"]))
                 self._changed.notify_all()
@@ -105,18 +107,28 @@ class ForkServer:
     def alive(self) -> bool:
         return not self._gone and self.proc.poll() is None
 
+    def log_tail(self, chars: int = 600) -> str:
+        """The end of the server's own output (its imports' errors), for a warning."""
+        try:
+            return (self.scratch / "forkserver.log").read_bytes()[-chars:].decode("utf-8", "replace").strip()
+        except OSError:
+            return ""
+
     def busy(self) -> bool:
         """Some worker it forked still runs (closing the server now would lose that worker's exit status)."""
         with self._changed:
             return bool(self._running)
 
-    def spawn(self, args: list[str], cwd: Path, stdout_path: Path, stderr_path: Path, report_fd: int) -> ForkedProcess:
+    def spawn(
+        self, args: list[str], cwd: Path, stdout_path: Path, stderr_path: Path, report_fd: int
+    ) -> ForkedProcess:
         """Fork a worker running ``python -m ksmith_triton.worker ARGS...`` in ``cwd``; ``report_fd`` is the
         write end of its report pipe (its number is passed in ARGS as the worker expects)."""
         stdin_read, stdin_write = os.pipe()
+        theirs = [stdin_read]
         flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
-        theirs = [stdin_read, os.open(stdout_path, flags, 0o600), os.open(stderr_path, flags, 0o600), report_fd]
         try:
+            theirs += [os.open(stdout_path, flags, 0o600), os.open(stderr_path, flags, 0o600), report_fd]
             with self._spawn_lock:
                 request = json.dumps({"args": args, "cwd": str(cwd)}).encode()
                 try:
@@ -128,7 +140,7 @@ class ForkServer:
             os.close(stdin_write)
             raise
         finally:
-            for fd in theirs[:3]:
+            for fd in theirs[:3]:  # the worker has its own copies now (the report fd is the caller's)
                 os.close(fd)
         if isinstance(reply, str):
             os.close(stdin_write)
@@ -243,6 +255,7 @@ def serve(argv: list[str]) -> int:
         return 1
     import torch
 
+    home = os.getcwd()  # what ``python -m`` put first on sys.path
     sock.send(json.dumps({"ready": True}).encode())
     while True:
         _reap(sock)
@@ -265,7 +278,7 @@ def serve(argv: list[str]) -> int:
         pid = os.fork()
         if pid == 0:
             os.close(ready_read)
-            _run_worker(sock, request, fds, ready_write)  # never returns
+            _run_worker(sock, request, fds, ready_write, home)  # never returns
         os.close(ready_write)
         for fd in fds:
             os.close(fd)
@@ -285,7 +298,9 @@ def _reap(sock: socket.socket) -> None:
         sock.send(json.dumps({"exited": pid, "code": os.waitstatus_to_exitcode(status)}).encode())
 
 
-def _run_worker(sock: socket.socket, request: dict[str, Any], fds: list[int], ready_write: int) -> None:
+def _run_worker(
+    sock: socket.socket, request: dict[str, Any], fds: list[int], ready_write: int, home: str
+) -> None:
     """In the forked child: become what ``subprocess`` would have started, run the worker, exit."""
     code = 1
     try:
@@ -296,16 +311,26 @@ def _run_worker(sock: socket.socket, request: dict[str, Any], fds: list[int], re
         for fd, target in ((stdin_fd, 0), (stdout_fd, 1), (stderr_fd, 2)):
             os.dup2(fd, target)
             os.close(fd)
-        sys.stdin = open(0, closefd=False)  # noqa: SIM115 - the worker's stdin for as long as it lives
-        sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115
-        sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
+        # sys.stdin/stdout/stderr already wrap fds 0-2 (unbuffered: PYTHONUNBUFFERED is set; stdin never read;
+        # both flushed before the fork), so they now read and write the worker's own pipe and files.
         os.chdir(request["cwd"])
         args = [str(report_fd) if a == "{report_fd}" else a for a in request["args"]]
+        from ksmith_triton import worker
         from ksmith_triton.worker import main
 
+        # As ``python -m`` in its own directory would have them: imports look in the worker's own scratch
+        # directory first, never in the server's (shared by every worker it forks).
+        if sys.path and sys.path[0] == home:  # (absent under PYTHONSAFEPATH, as it would be for a fresh one)
+            sys.path[0] = request["cwd"]
+        sys.argv = [worker.__file__, *args]
+
         code = main(args)
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
+    except SystemExit as exc:  # as the interpreter ends on it: None is 0, anything else not an int is printed
+        if exc.code is None or isinstance(exc.code, int):
+            code = exc.code or 0
+        else:
+            print(exc.code, file=sys.stderr)
+            code = 1
     except BaseException:  # noqa: BLE001 - as an uncaught exception ends a fresh interpreter
         import traceback
 

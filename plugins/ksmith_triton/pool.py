@@ -19,6 +19,7 @@ most evaluations seen in flight at once, up to ``MAX_SPARES`` on a GPU and half 
 from __future__ import annotations
 
 import atexit
+import logging
 import os
 import threading
 from typing import Any
@@ -27,6 +28,8 @@ from ksmith_triton import forkserver
 from ksmith_triton.sandbox import Child, private_dir, remove_tree, scrubbed_environment
 
 MAX_SPARES = 16
+MAX_SERVER_FAILURES = 3  # fork servers of one key that died or stopped answering before it is given up
+log = logging.getLogger("ksmith.pool")
 
 
 def _key(device: str, env_extra: dict[str, str]) -> tuple[Any, ...]:
@@ -46,6 +49,8 @@ class WarmPool:
         self._taken = 0
         self._servers: dict[tuple[Any, ...], forkserver.ForkServer] = {}
         self._server_lock = threading.Lock()
+        self._retired: list[forkserver.ForkServer] = []  # no new workers from these; closed when idle
+        self._server_failures: dict[tuple[Any, ...], int] = {}
         self.spawned = 0  # counters, for tests and for whoever tunes throughput
         self.reused = 0
         self.forked = 0
@@ -73,6 +78,10 @@ class WarmPool:
                 return child
             except forkserver.ForkServerGone:
                 self._retire_server(server)
+                # A worker forked before the server failed may still start in ``scratch`` and remove it when
+                # it finds its stdin closed: the worker started instead gets a directory of its own.
+                remove_tree(scratch)
+                scratch = private_dir("ksmith-cand-")
         return Child("candidate", None, scratch, env_extra, warm_device=device)
 
     def _server(self, key: tuple[Any, ...], env_extra: dict[str, str]) -> forkserver.ForkServer | None:
@@ -82,26 +91,55 @@ class WarmPool:
         if not forkserver.enabled():
             return None
         with self._server_lock:
+            self._close_idle_retired()
             server = self._servers.get(key)
             if server is not None and server.alive():
                 return server if server.ready.is_set() else None
-            if server is not None:
+            if server is not None:  # died: counted, so a server that cannot work is not restarted forever
                 self._servers.pop(key)
-                _close_server(server)
-            for other in [k for k, s in self._servers.items() if k[2] != key[2] and not s.busy()]:
-                _close_server(self._servers.pop(other))  # the environment moved on
-            try:
-                server = forkserver.ForkServer(scrubbed_environment(env_extra), private_dir("ksmith-fork-"))
-            except OSError:
+                self._server_failed(key, server)
+            if self._server_failures.get(key, 0) >= MAX_SERVER_FAILURES:
                 return None
-            self._servers[key] = server
+            for other in [k for k in self._servers if k[2] != key[2]]:  # the environment moved on
+                self._retire(self._servers.pop(other))
+            scratch = private_dir("ksmith-fork-")
+            try:
+                self._servers[key] = forkserver.ForkServer(scrubbed_environment(env_extra), scratch)
+            except OSError:
+                remove_tree(scratch)
             return None
+
+    def _server_failed(self, key: tuple[Any, ...], server: forkserver.ForkServer) -> None:
+        """A server that died or stopped answering (the caller holds ``_server_lock``)."""
+        failures = self._server_failures[key] = self._server_failures.get(key, 0) + 1
+        if failures == MAX_SERVER_FAILURES:
+            log.warning(
+                "the fork server failed %d times; candidate workers start as new interpreters. Its log ends: %s",
+                failures,
+                server.log_tail(),
+            )
+        self._retire(server)
 
     def _retire_server(self, server: forkserver.ForkServer) -> None:
         with self._server_lock:
             for key in [k for k, s in self._servers.items() if s is server]:
                 self._servers.pop(key)
-        _close_server(server)
+                self._server_failed(key, server)
+
+    def _retire(self, server: forkserver.ForkServer) -> None:
+        """No new workers from ``server``; it is closed once none it forked still runs (closing it earlier
+        would lose their exit statuses). The caller holds ``_server_lock``."""
+        self._retired.append(server)
+        self._close_idle_retired()
+
+    def _close_idle_retired(self) -> None:
+        still = []
+        for server in self._retired:
+            if server.alive() and server.busy():
+                still.append(server)
+            else:
+                _close_server(server)
+        self._retired = still
 
     def take(self, device: str, env_extra: dict[str, str]) -> Child:
         """A started, idle candidate worker for ``device`` with ``env_extra``; give it back with ``done``."""
@@ -157,8 +195,9 @@ class WarmPool:
         for child in spares:
             discard(child)
         with self._server_lock:
-            servers = list(self._servers.values())
+            servers = [*self._servers.values(), *self._retired]
             self._servers.clear()
+            self._retired = []
         for server in servers:
             _close_server(server)
 

@@ -206,7 +206,8 @@ def time_gpu(
         host = (perf() - begin) * 1e3
         record(end, stream)
         sync()
-        if host >= spin_ms:  # the spin may have run out before the launch did: cover such a launch from now on
+        # The spin may have run out before the launch did: cover such a launch from now on.
+        if host >= spin_ms:
             result.exposed += 1
             spin_ms = min(PREQUEUE_MAX_MS, max(spin_ms, 2.0 * host + PREQUEUE_MIN_MS))
             cycles = int(spin_ms * cycles_per_ms)

@@ -18,7 +18,6 @@ import pytest
 import torch
 
 from ksmith_core.engine import evaluate
-from ksmith_core.errors import KsmithError
 from ksmith_core.loading import check_candidate_source, load_problem
 from ksmith_core.model import Candidate, EvalOptions, Problem, Status
 from ksmith_inductor.seeding import (
@@ -234,10 +233,12 @@ def test_library_matmuls_become_ksmith_gemm_kernels_the_evaluator_accepts(relati
     source = seed_from_inductor(problem, "cpu", small=True)
     check_candidate_source(source)
     assert "extern_kernels" not in source and "_gemm_0_kernel[grid](" in source
-    assert 'input_precision="ieee"' in source  # taken for fp32 operands only (these are fp16)
+    assert 'input_precision="ieee"' in source  # in every GEMM kernel; taken for fp32 operands only
     kinds = {edit.kind for edit in possible_edits(source)}
     assert {"gemm_config", "dot_tile"} <= kinds  # the tiling edits recognise the GEMM
-    verdict = evaluate(problem, Candidate.from_source(source), EvalOptions(device="cpu", correctness_trials=2))
+    verdict = evaluate(
+        problem, Candidate.from_source(source), EvalOptions(device="cpu", correctness_trials=2)
+    )
     assert verdict.status is Status.OK, (verdict.reasons, verdict.error)
 
 
@@ -249,7 +250,9 @@ def test_fp32_addmm_and_baddbmm_seed_keeps_fp32_numerics(tmp_path: Path) -> None
     assert "bias=self.linear.bias, alpha=1, beta=1)" in source  # the Linear, as addmm
     assert "alpha=0.5, beta=2.0)" in source  # the baddbmm, its scaling applied in the kernel
     assert "_gemm_1_kernel" in source  # one kernel per library call, each tuned on its own
-    verdict = evaluate(problem, Candidate.from_source(source), EvalOptions(device="cpu", correctness_trials=3))
+    verdict = evaluate(
+        problem, Candidate.from_source(source), EvalOptions(device="cpu", correctness_trials=3)
+    )
     assert verdict.status is Status.OK, (verdict.reasons, verdict.error)
     # The ieee path is what keeps fp32: the same seed with TF32-style rounding of the operands fails.
     rounded = source.replace(

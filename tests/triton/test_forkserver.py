@@ -8,8 +8,9 @@ import os
 from pathlib import Path
 
 import pytest
-from evaluator_helpers import candidate, problem, quick_options
+from evaluator_helpers import CASES, candidate, problem, quick_options
 
+from ksmith_core.model import Candidate
 from ksmith_triton import evaluator
 from ksmith_triton.evaluator import evaluate
 from ksmith_triton.pool import WarmPool, _key, discard
@@ -57,6 +58,40 @@ def test_forked_workers_give_the_verdicts_fresh_ones_give(reference_cache, monke
             assert any(r.startswith(reason) for r in verdict.reasons), (name, verdict.reasons)
     assert any("SIGSEGV" in r for r in verdicts["segfault"].reasons)  # the signal, as the server reaped it
     assert "ok" == verdicts["scale_add_ok"].status.value and verdicts["scale_add_ok"].runtime_ms
+
+
+def with_module_code(name: str, code: str, forward: str | None = None):
+    """A case candidate with ``code`` run at import (and ``forward``'s body replacing its forward)."""
+    source = (CASES / f"{name}.py").read_text(encoding="utf-8")
+    if forward is not None:
+        head, _, _ = source.partition("    def forward(self, x):")
+        source = head + "    def forward(self, x):\n" + forward
+    return Candidate.from_source(code + "\n" + source)
+
+
+def test_a_forked_worker_imports_prints_and_exits_as_a_fresh_one(reference_cache, monkeypatch):
+    pool = pool_with_ready_server()
+    monkeypatch.setattr(evaluator, "POOL", pool)
+    # Its own scratch directory first on sys.path (never the server's, shared by every worker it forks).
+    own_path = with_module_code(
+        "scale_add_ok", "import os, sys\nassert sys.path[0] == os.getcwd(), (sys.path[0], os.getcwd())\n"
+    )
+    # Unbuffered output: a partial line printed just before os._exit is not lost.
+    partial = with_module_code(
+        "scale_add_ok",
+        "import os, sys",
+        "        sys.stdout.write('partial line, no newline')\n        os._exit(3)\n",
+    )
+    try:
+        verdicts = [
+            evaluate(problem("scale_add"), c, quick_options(reference_cache)) for c in (own_path, partial)
+        ]
+    finally:
+        pool.close()
+    assert pool.forked == 2
+    assert verdicts[0].status.value == "ok", (verdicts[0].reasons, verdicts[0].error)
+    assert any("exited with code 3" in r for r in verdicts[1].reasons), verdicts[1].reasons
+    assert "partial line, no newline" in verdicts[1].details.get("stdout", "")
 
 
 def test_a_forked_worker_has_its_own_session_environment_and_exit_status(monkeypatch):
@@ -144,4 +179,39 @@ def test_gpu_forked_workers_make_their_own_cuda_context(reference_cache, monkeyp
     assert pool.forked == 4
     statuses = [v.status.value for v in verdicts]
     assert statuses[:4] + statuses[5:] == ["ok", "ok", "ok", "incorrect", "ok"], [v.reasons for v in verdicts]
-    assert statuses[4] in ("runtime_error", "crashed"), verdicts[4].reasons  # its sticky CUDA error is its own
+    assert statuses[4] in ("runtime_error", "crashed"), verdicts[
+        4
+    ].reasons  # its sticky CUDA error is its own
+
+
+def test_a_server_that_keeps_failing_is_given_up_with_its_log(monkeypatch, caplog):
+    from ksmith_triton import forkserver
+
+    started = []
+
+    class DiesAtOnce:
+        def __init__(self, env, scratch):
+            self.scratch = scratch
+            started.append(self)
+
+        def alive(self):
+            return False
+
+        def busy(self):
+            return False
+
+        def close(self):
+            pass
+
+        def log_tail(self):
+            return "ImportError: no module named boom"
+
+    monkeypatch.setattr(forkserver, "ForkServer", DiesAtOnce)
+    pool = WarmPool()
+    pool._taken = 2
+    key = _key("cpu", ENV)
+    with caplog.at_level("WARNING", logger="ksmith.pool"):
+        assert all(pool._server(key, ENV) is None for _ in range(6))
+    assert len(started) == 3  # then workers only start the slow way, without a server each time
+    assert "failed 3 times" in caplog.text and "no module named boom" in caplog.text
+    pool.close()
