@@ -73,6 +73,16 @@ def main(argv: list[str]) -> int:
     return serve_job(fd, run_candidate, job_arrived)
 
 
+def import_launch_path() -> None:
+    """What a kernel launch under the installed guards imports lazily (dynamo, sympy: seconds), imported
+    ahead: by every worker before its job, and once by the fork server (``forkserver.preload``)."""
+    try:
+        import torch._dynamo  # noqa: F401
+        import torch._higher_order_ops.triton_kernel_wrap  # noqa: F401
+    except ImportError:
+        pass
+
+
 def warm_up(device: str | None) -> None:
     """What every candidate worker needs, done before its job arrives (see ``pool.py``): the imports, and on
     a GPU the CUDA context, and Triton's whole launch path, by running a kernel of the harness's own under
@@ -86,11 +96,7 @@ def warm_up(device: str | None) -> None:
     from ksmith_triton.warmkernel import run_warm_kernel
 
     STEPS["started"] = time.monotonic()
-    try:  # what a launch under the installed guards imports lazily (dynamo, sympy: seconds)
-        import torch._dynamo  # noqa: F401
-        import torch._higher_order_ops.triton_kernel_wrap  # noqa: F401
-    except ImportError:
-        pass
+    import_launch_path()
     from ksmith_triton.locks import GpuLockTimeout, WorkerSharedHold
 
     try:

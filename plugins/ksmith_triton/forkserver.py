@@ -237,11 +237,7 @@ def preload() -> None:
 
     from ksmith_triton import candidate_side, guards, locks, timing, warmkernel  # noqa: F401
 
-    try:  # what a launch under the guards imports lazily (dynamo, sympy)
-        import torch._dynamo  # noqa: F401
-        import torch._higher_order_ops.triton_kernel_wrap  # noqa: F401
-    except ImportError:
-        pass
+    candidate_side.import_launch_path()
     if torch.cuda.is_initialized():
         raise RuntimeError("the fork server initialised CUDA; a forked worker could not use it")
 
@@ -316,7 +312,6 @@ def _run_worker(
         os.chdir(request["cwd"])
         args = [str(report_fd) if a == "{report_fd}" else a for a in request["args"]]
         from ksmith_triton import worker
-        from ksmith_triton.worker import main
 
         # As ``python -m`` in its own directory would have them: imports look in the worker's own scratch
         # directory first, never in the server's (shared by every worker it forks).
@@ -324,7 +319,7 @@ def _run_worker(
             sys.path[0] = request["cwd"]
         sys.argv = [worker.__file__, *args]
 
-        code = main(args)
+        code = worker.main(args)
     except SystemExit as exc:  # as the interpreter ends on it: None is 0, anything else not an int is printed
         if exc.code is None or isinstance(exc.code, int):
             code = exc.code or 0

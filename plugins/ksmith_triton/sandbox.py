@@ -210,11 +210,6 @@ class Child:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
-        if self.proc.poll() is None:  # not (yet) the leader of its own group
-            try:
-                os.kill(self.proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
         try:
             self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
