@@ -12,10 +12,12 @@ and writes a module defining ``ModelNew``:
   reads its block sizes from the launch meta, so the mutate proposer can tune them.
 
 A matmul Inductor hands to a library (``extern_kernels.mm``, ``bmm``, ``addmm``, ``baddbmm``) becomes a call
-of ksmith's own tiled Triton GEMM (``gemm_template.py``), its bias and scaling in the kernel's epilogue.
-Where Inductor's output is otherwise not a set of Triton kernels a seed can launch (a convolution handed to
-cuDNN, an eager fallback such as attention, dynamic shapes, ...), :class:`InductorSeedError` says why in one
-line.
+of ksmith's own tiled Triton GEMM (``gemm_template.py``), its bias and scaling in the kernel's epilogue; a
+convolution handed to cuDNN or oneDNN (``extern_kernels.convolution``) becomes a call of ksmith's implicit-GEMM
+Triton convolution (``conv_template.py``), and ATen's fused attention (an eager fallback in Inductor's code) a
+call of ksmith's flash-attention kernel (``attention_template.py``); both write straight into the layout
+Inductor planned for their output. Where Inductor's output is otherwise not a set of Triton kernels a seed can
+launch (another eager fallback, dynamic shapes, ...), :class:`InductorSeedError` says why in one line.
 
 On CUDA the model runs once, so the configuration is the one Inductor's autotuner kept. On CPU nothing can run
 Inductor's kernels natively (that needs triton-cpu), so the code is generated with Inductor's Triton CPU
@@ -44,6 +46,8 @@ from unittest import mock
 
 from ksmith_core.errors import KsmithError
 from ksmith_core.model import Problem
+from ksmith_inductor.attention_template import ATTENTION_OPS, attention_text
+from ksmith_inductor.conv_template import CONV_KEYWORDS, CONV_OP, conv_text
 from ksmith_inductor.gemm_template import GEMM_OPS, gemm_text
 
 NO_SEED = "no seed from inductor for this problem"
@@ -449,7 +453,7 @@ def _write_seed(problem: Problem, traced: Traced, generated: Generated, device: 
     kernel_texts, kernel_imports, used_names = _kernel_texts(generated.kernels)
     writer = _ForwardWriter(traced, generated.kernels)
     forward_body = traced.bindings + writer.translate(generated.wrapper)
-    kernel_texts += writer.gemm_texts
+    kernel_texts += writer.library_texts
     init_text = _init_text(problem)
 
     libdevice_names = sorted(used_names.get("libdevice", set()))
@@ -475,7 +479,7 @@ def _write_seed(problem: Problem, traced: Traced, generated: Generated, device: 
         '"""',
         "",
     ]
-    imports = ["import torch"]
+    imports = ["import math", "import torch"] if writer.attentions else ["import torch"]
     helper_names = sorted(used_names.get("triton_helpers", set()) & set(INTERPRETER_HELPERS))
     libdevice_names = [n for n in libdevice_names if n in INTERPRETER_LIBDEVICE]
     if libdevice_names or helper_names:
@@ -653,6 +657,37 @@ def _interpreter_block(libdevice_names: list[str], helper_names: list[str]) -> l
     return lines
 
 
+@dataclass
+class _HeldCall:
+    """A library call (convolution, attention) translated into a call of ksmith's kernel, held back until
+    Inductor's layout check of its output, the statement that says which strides the code after it reads, so
+    the kernel writes into a buffer of exactly that layout (no copy). Attention's result is a tuple whose
+    first item is bound (``bufM = bufN[0]``) before the check."""
+
+    result: str  # the wrapper's name for the call's result
+    output: str | None  # the output tensor's name: the result itself, or bufM once bound
+    helper: str
+    args: str
+    like: str  # an operand whose dtype the output has (the weight of a convolution, the query of attention)
+    returns_tuple: bool
+
+    def waits_for(self, node: ast.stmt) -> bool:
+        """Is ``node`` the binding of the output or its layout check (anything else ends the wait)?"""
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
+            call = node.value
+            return (
+                ast.unparse(call.func) == "assert_size_stride"
+                and bool(call.args)
+                and ast.unparse(call.args[0]) == self.output
+            )
+        return (
+            self.returns_tuple
+            and self.output is None
+            and isinstance(node, ast.Assign)
+            and ast.unparse(node.value) == f"{self.result}[0]"
+        )
+
+
 class _ForwardWriter:
     """Translates the wrapper's ``call(args)`` into the body of ``ModelNew.forward``."""
 
@@ -662,11 +697,16 @@ class _ForwardWriter:
         self.names: dict[str, str] = {}  # Inductor's argN_1 -> expression in ModelNew
         self.device_expr = ""
         self.launches = 0
-        self.gemm_texts: list[str] = []  # ksmith's GEMM kernels for Inductor's library matmuls
+        self.library_texts: list[
+            str
+        ] = []  # ksmith's GEMM and convolution kernels for Inductor's library calls
+        self.gemms = self.convolutions = self.attentions = 0
+        self.pending: _HeldCall | None = None
 
     def translate(self, wrapper: str) -> list[str]:
         call = self._call_function(ast.parse(wrapper))
         body = self._statements(call.body)
+        body += self._flush()
         if not self.launches:
             raise InductorSeedError(f"Inductor generated no Triton kernel for this model: {NO_SEED}")
         return body
@@ -685,6 +725,8 @@ class _ForwardWriter:
         return out
 
     def _statement(self, node: ast.stmt) -> list[str]:
+        if self.pending and not self.pending.waits_for(node):
+            return self._flush() + self._statement(node)
         if isinstance(node, ast.Assign) and ast.unparse(node.value) == "args":
             return self._bind_arguments(node)
         if isinstance(node, ast.Delete) or isinstance(node, ast.Pass):
@@ -734,6 +776,8 @@ class _ForwardWriter:
         if func == "args.clear" or func.endswith("set_device") or func == "assert_alignment":
             return []
         if func == "assert_size_stride":
+            if self.pending and ast.unparse(call.args[0]) == self.pending.output:
+                return self._flush(*(ast.unparse(a) for a in call.args[1:3]))
             tensor, size, stride = (self._expr(a) for a in call.args[:3])
             if tensor not in self.traced.forward_params:
                 return []  # parameters and buffers have the layout ModelNew.__init__ gave them
@@ -750,10 +794,23 @@ class _ForwardWriter:
         raise InductorSeedError(f"cannot translate Inductor's wrapper call {ast.unparse(call)!r}: {NO_SEED}")
 
     def _assignment(self, name: str, value: ast.expr) -> list[str]:
+        if (
+            isinstance(value, ast.Subscript)
+            and self.pending
+            and self.pending.output is None
+            and ast.unparse(value) == f"{self.pending.result}[0]"
+        ):
+            self.pending.output = name  # the attention's output tensor, whose layout check comes next
+            return []
         if isinstance(value, ast.Call):
             func = ast.unparse(value.func)
             if func == "get_raw_stream":
                 return []
+            if func == f"extern_kernels.{CONV_OP}":
+                return self._convolution(name, value)
+            op = func.removeprefix("torch.ops.aten.").removesuffix(".default")
+            if func.startswith("torch.ops.aten.") and op in ATTENTION_OPS:
+                return self._attention(name, op, value)
             if func.startswith("empty_strided_") and func.removeprefix("empty_strided_") in ("cuda", "cpu"):
                 size, stride, dtype = (ast.unparse(a) for a in value.args[:3])
                 return [
@@ -773,14 +830,78 @@ class _ForwardWriter:
                 f"cannot translate Inductor's wrapper call {ast.unparse(call)!r}: {NO_SEED}"
             )
         named = dict(zip(operands, (self._expr(a) for a in call.args)))
-        helper, text = gemm_text(len(self.gemm_texts), op)
-        self.gemm_texts.append(text)
+        helper, text = gemm_text(self.gemms, op)
+        self.gemms += 1
+        self.library_texts.append(text)
         self.launches += 1
         args = [named["a"], named["b"], self._expr(keywords["out"])]
         if has_bias:
             args.append(f"bias={named['bias']}")
             args += [f"{k}={self._expr(keywords[k])}" for k in ("alpha", "beta") if k in keywords]
         return [f"{helper}({', '.join(args)})"]
+
+    def _convolution(self, name: str, call: ast.Call) -> list[str]:
+        """``bufN = extern_kernels.convolution(x, w, [bias], stride=..., ..., groups=g)`` as ksmith's Triton
+        convolution, held back until Inductor's layout check of ``bufN`` (see :class:`_HeldCall`)."""
+        keywords = {k.arg: k.value for k in call.keywords}
+        positional = [self._expr(a) for a in call.args]
+        if "bias" in keywords and len(positional) == 2:
+            positional.append(self._expr(keywords.pop("bias")))
+        missing = [k for k in CONV_KEYWORDS if k not in keywords]
+        if len(positional) != 3 or missing or set(keywords) - set(CONV_KEYWORDS):
+            raise InductorSeedError(
+                f"cannot translate Inductor's wrapper call {ast.unparse(call)!r}: {NO_SEED}"
+            )
+        helper, text = conv_text(self.convolutions)
+        self.convolutions += 1
+        args = positional + [self._expr(keywords[k]) for k in CONV_KEYWORDS]
+        return self._hold(_HeldCall(name, name, helper, ", ".join(args), positional[1], False), text)
+
+    def _attention(self, name: str, op: str, call: ast.Call) -> list[str]:
+        """``bufN = torch.ops.aten._scaled_dot_product_*_attention.default(q, k, v, ...)`` as ksmith's Triton
+        flash attention, held back until Inductor's layout check of ``bufN[0]``, the only result used."""
+        names = ("query", "key", "value", *ATTENTION_OPS[op])
+        bound = dict(zip(names, call.args))
+        bound.update({k.arg: k.value for k in call.keywords})
+        if len(call.args) > len(names) or not {"query", "key", "value"} <= set(bound):
+            raise InductorSeedError(
+                f"cannot translate Inductor's wrapper call {ast.unparse(call)!r}: {NO_SEED}"
+            )
+        for mask in ("attn_mask", "attn_bias"):
+            if mask in bound and ast.unparse(bound[mask]) != "None":
+                raise InductorSeedError(f"aten.{op} with an attention mask or bias: {NO_SEED}")
+        if "dropout_p" in bound and ast.unparse(bound["dropout_p"]) not in ("0.0", "0"):
+            raise InductorSeedError(f"aten.{op} with dropout: {NO_SEED}")
+        args = [self._expr(bound[k]) for k in ("query", "key", "value")]
+        for key in ("is_causal", "scale"):
+            if key in bound:
+                args.append(f"{key}={self._expr(bound[key])}")
+        helper, text = attention_text(self.attentions, op)
+        self.attentions += 1
+        return self._hold(_HeldCall(name, None, helper, ", ".join(args), args[0], True), text)
+
+    def _hold(self, held: _HeldCall, text: str) -> list[str]:
+        self.library_texts.append(text)
+        self.launches += 1
+        self.pending = held
+        return []
+
+    def _flush(self, size: str | None = None, stride: str | None = None) -> list[str]:
+        """The held-back library call as a call of ksmith's kernel: into a buffer of the size and stride
+        Inductor asserts for its output, or, when no check came, into one the helper allocates."""
+        held, self.pending = self.pending, None
+        if held is None:
+            return []
+        if size is not None:
+            return [
+                f"{held.output} = torch.empty_strided({size}, {stride}, dtype={held.like}.dtype, "
+                f"device={self.device_expr})",
+                f"{held.helper}({held.args}, out={held.output})",
+            ]
+        lines = [f"{held.result} = {held.helper}({held.args})"]
+        if held.returns_tuple and held.output:
+            lines.append(f"{held.output} = {held.result}[0]")
+        return lines
 
     def _refuse_call(self, func: str) -> None:
         if func.startswith("extern_kernels."):

@@ -264,21 +264,6 @@ def test_fp32_addmm_and_baddbmm_seed_keeps_fp32_numerics(tmp_path: Path) -> None
     assert worse.status is Status.INCORRECT, worse.reasons
 
 
-@pytest.mark.parametrize(
-    ("relative", "reason"),
-    [
-        ("pooling/conv2d_bias_relu.py", "Inductor computes aten.convolution with an external library call"),
-        ("attention/attention.py", "Inductor runs aten._scaled_dot_product"),
-    ],
-)
-def test_problems_without_triton_kernels_are_refused_in_one_line(relative: str, reason: str) -> None:
-    with pytest.raises(InductorSeedError) as caught:
-        seed_from_inductor(suite_problem(relative), "cpu", small=True)
-    message = str(caught.value)
-    assert message.startswith(reason) and message.endswith("no seed from inductor for this problem")
-    assert "\n" not in message
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "relative",
