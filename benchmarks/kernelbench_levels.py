@@ -89,14 +89,15 @@ def run(args: argparse.Namespace) -> int:
 
 
 def latest_rows(out: Path) -> dict[str, dict[str, Any]]:
-    """The last row written for each problem path (a resumed bench may append a problem twice)."""
+    """The last row written for each problem, by level and name (a resumed bench may append a problem twice,
+    and the same file may be named by a relative and an absolute path)."""
     rows: dict[str, dict[str, Any]] = {}
     path = out / "results.jsonl"
     if path.exists():
         for line in path.read_text().splitlines():
             if line.strip():
                 row = json.loads(line)
-                rows[row["path"]] = row
+                rows[f"{level_of(row)}/{row['problem']}"] = row
     return rows
 
 
@@ -175,6 +176,7 @@ def table(args: argparse.Namespace) -> dict[str, Any]:
                     "level": level_of(r),
                     "status": r["status"],
                     "reason": (r.get("reasons") or [""])[0][:160],
+                    "error": (r.get("error") or "")[-300:],
                 }
                 for r in rows.values()
                 if r["status"] != "ok"

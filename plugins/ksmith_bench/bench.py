@@ -37,6 +37,7 @@ from ksmith_core.model import Candidate, Problem, Verdict
 from ksmith_core.run import RunConfig
 
 RESULTS = "results.jsonl"
+ERROR_TAIL_CHARS = 800  # how much of a failed verdict's error a bench row keeps
 NOT_EVALUATED = frozenset({"load_failed", "setup_failed", "no_candidate", "no_seed"})
 SEEDS_DIR = "seeds"  # where --seed-from writes the seeds it makes, one NAME.seed.py (+ .json) per problem
 
@@ -193,6 +194,10 @@ def _row(
         "interpreted": verdict.interpreted if verdict else False,
         "device": verdict.device if verdict else None,
         "reasons": list(verdict.reasons) if verdict else ["NO_CANDIDATE: no ModelNew beside the problem"],
+        # The end of what went wrong (a crash's stderr, a traceback), so a row says why without its run.
+        "error": (verdict.error or "")[-ERROR_TAIL_CHARS:]
+        if verdict and verdict.status.value != "ok"
+        else "",
         # Ran out of memory beside other evaluations and was judged again alone (the Triton backend's
         # memory admission): the verdict is the second run's.
         "oom_retried_alone": bool(verdict and verdict.details.get("oom_retried_alone")),

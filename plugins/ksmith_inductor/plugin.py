@@ -20,6 +20,28 @@ SEED_TIMEOUT_S = 900
 def seed_from_inductor(problem, options):
     device = options.get("device", "cpu")
     size = "small" if options.get("small", device == "cpu") else "full"
+    if device != "cuda":
+        return _seed(problem, device, size)
+    # On a GPU the child runs the model at full size beside whatever else this process evaluates there, so it
+    # takes a place in the GPU's memory gate (its presence makes the others' out-of-memory retried alone),
+    # and an out-of-memory it meets beside others is retried with the GPU to itself, as evaluations are.
+    from ksmith_triton import admission
+    from ksmith_triton.locks import physical_gpu
+
+    if not admission.enabled():
+        return _seed(problem, device, size)
+    gate = admission.gate_for("cuda", physical_gpu(0))
+    with gate.admitted(0) as ticket:
+        try:
+            return _seed(problem, device, size)
+        except InductorSeedError as exc:
+            if not (ticket.overlapped and "out of memory" in str(exc).lower()):
+                raise
+    with gate.admitted(0, exclusive=True):
+        return _seed(problem, device, size)
+
+
+def _seed(problem, device: str, size: str) -> Proposal:
     try:
         proc = subprocess.run(
             [sys.executable, "-m", "ksmith_inductor.seeding", str(problem.path), device, size],

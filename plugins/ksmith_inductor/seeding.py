@@ -216,6 +216,7 @@ def _trace(module: types.ModuleType, problem: Problem, device: str) -> Traced:
             graph = make_fx(flat_forward)(*example_inputs)
         except Exception as exc:  # noqa: BLE001
             raise InductorSeedError(f"tracing Model.forward failed ({_one_line(exc)}): {NO_SEED}") from exc
+    _inline_scalar_constants(graph)
     if isinstance(reference, torch.Tensor):
         output_kind = "tensor"
     elif type(reference) in (tuple, list) and all(isinstance(t, torch.Tensor) for t in reference):
@@ -227,6 +228,33 @@ def _trace(module: types.ModuleType, problem: Problem, device: str) -> Traced:
     input_exprs = [expr for expr, _ in accesses] + forward_params
     bindings = [binding for _, binding in accesses if binding]
     return Traced(graph, example_inputs, input_exprs, output_kind, forward_params, bindings)
+
+
+def _inline_scalar_constants(graph: Any) -> None:
+    """A tensor made inside ``forward`` (``torch.tensor(self.constant_value)``) is traced as a constant attribute,
+    which Inductor would lift into an extra graph input ``ModelNew`` has no value for; one-element constants
+    become ``aten.full`` nodes Inductor folds into its kernels. Larger ones stay (and are refused later)."""
+    import torch
+
+    for node in list(graph.graph.nodes):
+        if node.op != "get_attr":
+            continue
+        value = getattr(graph, node.target, None)
+        if isinstance(value, torch.Tensor) and value.numel() == 1:
+            with graph.graph.inserting_before(node):
+                full = graph.graph.call_function(
+                    torch.ops.aten.full.default,
+                    (list(value.shape), value.item()),
+                    {"dtype": value.dtype, "device": value.device},
+                )
+            for user in list(node.users):
+                if user.target is torch.ops.aten.lift_fresh_copy.default:  # a copy of a fresh tensor: itself
+                    user.replace_all_uses_with(full)
+                    graph.graph.erase_node(user)
+            node.replace_all_uses_with(full)
+            graph.graph.erase_node(node)
+            delattr(graph, node.target)  # a tensor attribute left behind would still be lifted as an input
+    graph.recompile()
 
 
 def _forward_params(model_class: type, n_inputs: int) -> list[str]:

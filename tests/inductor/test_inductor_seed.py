@@ -394,3 +394,41 @@ def test_interpreter_index_reductions_match_torch(name: str, tmp_path: Path) -> 
     module.index_kernel[(4,)](x, out, BLOCK_SIZE=64)
     expected = torch.argmax(x, dim=1) if name == "max_with_index" else torch.argmin(x, dim=1)
     assert out.tolist() == expected.tolist()
+
+
+SCALAR_CONSTANT_PROBLEM = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, constant_value, scaling_factor):
+        super().__init__()
+        self.constant_value = constant_value
+        self.bias = nn.Parameter(torch.randn(8, 1))
+        self.scaling_factor = scaling_factor
+
+    def forward(self, x):
+        x = torch.min(x, torch.tensor(self.constant_value))
+        return (x + self.bias) * self.scaling_factor
+
+
+def get_inputs():
+    return [torch.randn(4, 8, 16)]
+
+
+def get_init_inputs():
+    return [0.5, 2.0]
+"""
+
+
+def test_a_tensor_made_in_forward_is_folded_into_the_kernels(tmp_path: Path) -> None:
+    """``torch.tensor(self.constant_value)`` in forward is a traced constant, not an input ModelNew lacks."""
+    path = tmp_path / "min_constant.py"
+    path.write_text(SCALAR_CONSTANT_PROBLEM, encoding="utf-8")
+    problem = load_problem(path)
+    source = seed_from_inductor(problem, "cpu", small=True)
+    verdict = evaluate(
+        problem, Candidate.from_source(source), EvalOptions(device="cpu", correctness_trials=2)
+    )
+    assert verdict.status is Status.OK, (verdict.reasons, verdict.error)

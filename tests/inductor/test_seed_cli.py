@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import subprocess
 
+import pytest
+
 
 def test_seed_from_inductor_writes_a_checked_seed(ksmith_cmd, tmp_path):
     out = tmp_path / "gelu.py"
@@ -88,3 +90,52 @@ def test_a_library_convolution_is_seeded_with_ksmiths_conv(ksmith_cmd, tmp_path)
     )
     assert proc.returncode == 0, proc.stderr
     assert "_conv_0_kernel[grid](" in out.read_text() and "check: ok" in proc.stderr
+
+
+def test_a_gpu_seed_that_runs_out_of_memory_beside_others_is_retried_alone(monkeypatch):
+    """On a GPU the seeding child takes a place in the memory gate; an out-of-memory it meets while an
+    evaluation holds the GPU too is retried with the GPU to itself, one met alone is final."""
+    import threading
+
+    from ksmith_core.model import Proposal
+    from ksmith_inductor import plugin
+    from ksmith_inductor.seeding import InductorSeedError
+    from ksmith_triton import admission
+    from ksmith_triton.locks import physical_gpu
+
+    gate = admission.gate_for("cuda", physical_gpu(0))
+    calls = []
+
+    def fake_seed(problem, device, size):
+        calls.append(gate.snapshot())
+        if len(calls) == 1:
+            raise InductorSeedError("tracing Model.forward failed (OutOfMemoryError: CUDA out of memory.)")
+        return Proposal(
+            source="class ModelNew: pass\n", edit="e", edit_kind="inductor-seed", proposer="inductor"
+        )
+
+    monkeypatch.setattr(plugin, "_seed", fake_seed)
+    holding, release = threading.Event(), threading.Event()
+
+    def evaluation():  # another evaluation on the same GPU while the seed runs
+        with gate.admitted(0):
+            holding.set()
+            release.wait(10)
+
+    other = threading.Thread(target=evaluation)
+    other.start()
+    holding.wait(10)
+    threading.Timer(0.5, release.set).start()  # the evaluation ends; the retry alone can then start
+    proposal = plugin.seed_from_inductor(object(), {"device": "cuda", "small": False})
+    other.join()
+    assert proposal.source.startswith("class ModelNew")
+    assert len(calls) == 2
+    assert calls[0]["running"] == 2  # the first try ran beside the evaluation
+    assert calls[1]["running"] == 1  # the retry had the GPU to itself
+
+    def always_out_of_memory(problem, device, size):
+        raise InductorSeedError("tracing Model.forward failed (OutOfMemoryError: CUDA out of memory.)")
+
+    monkeypatch.setattr(plugin, "_seed", always_out_of_memory)
+    with pytest.raises(InductorSeedError, match="out of memory"):  # met alone: the out-of-memory stands
+        plugin.seed_from_inductor(object(), {"device": "cuda", "small": False})
