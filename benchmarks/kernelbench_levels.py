@@ -17,7 +17,7 @@ deadline are. ``table`` reads ``OUT/results.jsonl`` and prints, per level and fo
 * the problems where torch.compile itself runs below 0.6 of the roofline (the room issue 16 asks about).
 
     python benchmarks/kernelbench_levels.py run --kernelbench ~/KernelBench --levels 1 2 --out kb --deadline-s 540
-    python benchmarks/kernelbench_levels.py table --out kb [--json kb/table.json]
+    python benchmarks/kernelbench_levels.py table --out kb [--json kb/table.json] [--rows kb/rows.jsonl]
 """
 
 from __future__ import annotations
@@ -202,6 +202,10 @@ def table(args: argparse.Namespace) -> dict[str, Any]:
     }
     if getattr(args, "json", None):
         Path(args.json).write_text(json.dumps(report, indent=2))
+    if getattr(args, "rows", None):  # the last row of each problem, its path as levelN/NAME.py
+        with open(args.rows, "w", encoding="utf-8") as fh:
+            for key, row in sorted(rows.items()):
+                fh.write(json.dumps({**row, "path": f"{key}.py"}, default=str) + "\n")
     print_report(report)
     return report
 
@@ -250,6 +254,7 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--kernelbench", type=Path, default=None, help="a KernelBench checkout")
         p.add_argument("--levels", type=int, nargs="+", default=[1, 2])
         p.add_argument("--json", default=None, help="also write the table as JSON here")
+        p.add_argument("--rows", default=None, help="also write each problem's last row here (JSON lines)")
     p_run.add_argument("--parallel", type=int, default=8)
     p_run.add_argument("--device", default="cuda")
     p_run.add_argument("--deadline-s", type=float, default=540.0)

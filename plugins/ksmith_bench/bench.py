@@ -194,10 +194,8 @@ def _row(
         "interpreted": verdict.interpreted if verdict else False,
         "device": verdict.device if verdict else None,
         "reasons": list(verdict.reasons) if verdict else ["NO_CANDIDATE: no ModelNew beside the problem"],
-        # The end of what went wrong (a crash's stderr, a traceback), so a row says why without its run.
-        "error": (verdict.error or "")[-ERROR_TAIL_CHARS:]
-        if verdict and verdict.status.value != "ok"
-        else "",
+        # The end of what went wrong (a traceback, else the candidate's stderr), so a row says why without its run.
+        "error": _error_tail(verdict),
         # Ran out of memory beside other evaluations and was judged again alone (the Triton backend's
         # memory admission): the verdict is the second run's.
         "oom_retried_alone": bool(verdict and verdict.details.get("oom_retried_alone")),
@@ -205,6 +203,13 @@ def _row(
     row.update(extra)
     row["compile_roofline_fraction"] = compile_roofline_fraction(row)
     return row
+
+
+def _error_tail(verdict: Verdict | None) -> str:
+    if verdict is None or verdict.status.value == "ok":
+        return ""
+    text = verdict.error or verdict.details.get("stderr") or ""
+    return str(text)[-ERROR_TAIL_CHARS:]
 
 
 def _failed_row(
