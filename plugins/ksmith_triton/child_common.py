@@ -113,6 +113,19 @@ def problem_step(what: str) -> Iterator[None]:
 PROBLEM_FILENAME = "ksmith_problem.py"
 
 
+def fp32_means_fp32() -> None:
+    """fp32 convolutions and matmuls in full fp32, in the reference's process and the candidate's alike.
+
+    PyTorch lets cuDNN run fp32 convolutions in TF32 by default (``torch.backends.cudnn.allow_tf32``), while
+    fp32 matmuls stay fp32: a reference computed that way is off by ~1e-3 relative, and a kernel that computes
+    the problem exactly in fp32 fails the fp32 tolerance against it. Both switches are set before the problem
+    module runs, so a problem that wants TF32 says so itself (and a candidate is judged by that rule)."""
+    import torch
+
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+
+
 def load_problem_module(source: str, small_sizes: dict[str, Any] | None) -> types.ModuleType:
     module = types.ModuleType("ksmith_problem")
     module.__file__ = PROBLEM_FILENAME
@@ -124,6 +137,7 @@ def load_problem_module(source: str, small_sizes: dict[str, Any] | None) -> type
         source.splitlines(keepends=True),
         PROBLEM_FILENAME,
     )
+    fp32_means_fp32()
     with problem_step("the problem module"):
         exec(compile(source, PROBLEM_FILENAME, "exec"), module.__dict__)
     for name, value in (small_sizes or {}).items():

@@ -283,3 +283,20 @@ def test_a_problem_too_large_for_the_device_is_one_resource_line(tmp_path, refer
     message = str(caught.value)
     assert message.startswith("problem too_large: RESOURCE: generating the inputs needs more memory")
     assert "asked for 9.00 GiB" in message and "\n" not in message
+
+
+def test_problems_run_with_fp32_convolutions_and_matmuls():
+    """cuDNN's default TF32 for fp32 convolutions would make the reference itself off by ~1e-3: the child
+    processes turn it off before the problem runs; a problem that wants TF32 sets it itself."""
+    from ksmith_triton.child_common import load_problem_module
+
+    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    try:
+        torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = True
+        load_problem_module("SIZE = 1\n", None)
+        assert torch.backends.cudnn.allow_tf32 is False
+        assert torch.backends.cuda.matmul.allow_tf32 is False
+        load_problem_module("import torch\ntorch.backends.cudnn.allow_tf32 = True\n", None)
+        assert torch.backends.cudnn.allow_tf32 is True
+    finally:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
