@@ -995,14 +995,8 @@ class _ForwardWriter:
 
     def _grid(self, kernel: Kernel, by_param: dict[str, str]) -> str:
         grid_type = kernel.grid_type
-        if grid_type == "Grid2DWithYZOverflow":
-            ynumel = _literal_int(by_param.get("ynumel"), kernel)
-            if ynumel > MAX_Y_GRID:
-                raise InductorSeedError(
-                    f"kernel {kernel.name} needs a y grid above {MAX_Y_GRID} folded into z: {NO_SEED}"
-                )
-            grid_type = "Grid2D"
-        axes = GRID_AXES.get(grid_type)
+        folds_y = grid_type == "Grid2DWithYZOverflow"
+        axes = ("x", "y") if folds_y else GRID_AXES.get(grid_type)
         if axes is None:
             raise InductorSeedError(f"kernel {kernel.name} uses Inductor grid {grid_type or '?'}: {NO_SEED}")
         dims, uses_meta = [], False
@@ -1015,6 +1009,17 @@ class _ForwardWriter:
             else:
                 fixed = kernel.config.kwargs.get(block, 1)
                 dims.append(str(math.ceil(numel / fixed)))
+        if folds_y:
+            # Inductor's Grid2DWithYZOverflow: a y grid above the hardware's limit is split over z, and the
+            # kernel adds program_id(2) * num_programs(1) to its y block index.
+            y_blocks = dims[1]
+            if "tl.program_id(2)" in kernel.source:
+                folds = f"triton.cdiv({y_blocks}, {MAX_Y_GRID})"
+                dims[1:] = [f"triton.cdiv({y_blocks}, {folds})", folds]
+            elif _literal_int(by_param.get("ynumel"), kernel) > MAX_Y_GRID:  # even at one row per block
+                raise InductorSeedError(
+                    f"kernel {kernel.name} needs a y grid above {MAX_Y_GRID} folded into z: {NO_SEED}"
+                )
         tuple_text = f"({dims[0]},)" if len(dims) == 1 else f"({', '.join(dims)})"
         return f"lambda meta: {tuple_text}" if uses_meta else tuple_text
 

@@ -16,6 +16,7 @@ from types import ModuleType
 
 import pytest
 import torch
+import triton
 
 from ksmith_core.engine import evaluate
 from ksmith_core.loading import check_candidate_source, load_problem
@@ -194,6 +195,7 @@ def test_submodule_parameters_and_buffers_reach_the_kernels(tmp_path: Path) -> N
 # with beta and alpha (baddbmm); fp32 must pass the fp32 tolerance, so no TF32 may creep in.
 FP32_GEMM_PROBLEM = """
 import torch
+import triton
 import torch.nn as nn
 
 
@@ -398,6 +400,7 @@ def test_interpreter_index_reductions_match_torch(name: str, tmp_path: Path) -> 
 
 SCALAR_CONSTANT_PROBLEM = """
 import torch
+import triton
 import torch.nn as nn
 
 
@@ -432,3 +435,23 @@ def test_a_tensor_made_in_forward_is_folded_into_the_kernels(tmp_path: Path) -> 
         problem, Candidate.from_source(source), EvalOptions(device="cpu", correctness_trials=2)
     )
     assert verdict.status is Status.OK, (verdict.reasons, verdict.error)
+
+
+def test_a_y_grid_above_the_hardware_limit_is_folded_into_z_as_inductor_does() -> None:
+    """Grid2DWithYZOverflow: the kernel adds program_id(2) * num_programs(1) to its y block, so the launch
+    splits y blocks over z; a kernel that cannot fold is refused when its y grid may pass the limit."""
+    from ksmith_inductor.seeding import Kernel, LaunchConfig, _ForwardWriter
+
+    def kernel(source: str) -> Kernel:
+        config = LaunchConfig({"XBLOCK": 16, "YBLOCK": 8}, num_warps=4, num_stages=1)
+        return Kernel("k", source, "pointwise", "Grid2DWithYZOverflow", config, [], ["XBLOCK", "YBLOCK"])
+
+    writer = _ForwardWriter.__new__(_ForwardWriter)
+    folding = "yoffset = (tl.program_id(1) + tl.program_id(2) * tl.num_programs(1)) * YBLOCK"
+    grid = eval(writer._grid(kernel(folding), {"xnumel": "16", "ynumel": "1000000"}), {"triton": triton})
+    x, y, z = grid({"XBLOCK": 16, "YBLOCK": 8})
+    assert x == 1 and y <= 65535 and z == 2 and y * z * 8 >= 1000000
+    small = eval(writer._grid(kernel(folding), {"xnumel": "16", "ynumel": "4096"}), {"triton": triton})
+    assert small({"XBLOCK": 16, "YBLOCK": 8}) == (1, 512, 1)
+    with pytest.raises(InductorSeedError, match="folded into z"):
+        writer._grid(kernel("yoffset = tl.program_id(1) * YBLOCK"), {"xnumel": "16", "ynumel": "1000000"})
