@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import signal
 import subprocess
@@ -33,9 +32,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-# Reasons that are the evaluator's or the machine's failure, not the candidate's.
+from ksmith_bench.bench import NOT_EVALUATED, summarise
+
+# Reasons that are the evaluator's or the machine's failure, not the candidate's (rows with no verdict at all,
+# load_failed / setup_failed / no_seed / no_candidate, are ksmith bench's NOT_EVALUATED).
 INFRA_REASONS = ("RESOURCE:", "EVALUATOR_ERROR:", "GPU_LOCK:", "GPU_BUSY:")
-INFRA_STATUSES = ("load_failed", "setup_failed")
 LOW_COMPILE_ROOFLINE = 0.6
 
 
@@ -111,32 +112,25 @@ def is_conv(row: dict[str, Any]) -> bool:
 
 
 def is_infra(row: dict[str, Any]) -> bool:
-    if row["status"] in INFRA_STATUSES:
-        return True
     return any(str(r).startswith(INFRA_REASONS) for r in row.get("reasons") or [])
 
 
 def has_verdict(row: dict[str, Any]) -> bool:
-    return row["status"] not in ("load_failed", "setup_failed", "no_seed", "no_candidate") and not is_infra(
-        row
-    )
-
-
-def geomean(values: list[float]) -> float | None:
-    values = [v for v in values if v and v > 0]
-    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
+    return row["status"] not in NOT_EVALUATED and not is_infra(row)
 
 
 def summary(rows: list[dict[str, Any]], expected: int | None) -> dict[str, Any]:
+    """``ksmith bench``'s own summary of the rows (fast_0 / fast_1 over all rows, geomeans over ok ones), with
+    the shares issue 12 asks for."""
     n = len(rows)
-    ok = [r for r in rows if r["status"] == "ok"]
     non_conv = [r for r in rows if not is_conv(r)]
+    bench = summarise(rows)
 
     def share(items: list[Any], of: int) -> float | None:
         return len(items) / of if of else None
 
-    def fast(key: str, p: float) -> float | None:
-        return share([r for r in ok if (r.get(key) or 0) > p], n)
+    def fast(key: str) -> float | None:  # the bench says None when no row has that speedup: none beat it
+        return bench[key] if bench[key] is not None or not n else 0.0
 
     return {
         "problems": n,
@@ -144,13 +138,10 @@ def summary(rows: list[dict[str, Any]], expected: int | None) -> dict[str, Any]:
         "verdict": share([r for r in rows if has_verdict(r)], n),
         "seeded_non_conv": share([r for r in non_conv if r["status"] != "no_seed"], len(non_conv)),
         "non_conv": len(non_conv),
-        "ok": len(ok),
-        "fast_0_eager": fast("speedup", 0.0),
-        "fast_1_eager": fast("speedup", 1.0),
-        "fast_0_compile": fast("speedup_vs_compile", 0.0),
-        "fast_1_compile": fast("speedup_vs_compile", 1.0),
-        "geomean_eager": geomean([r.get("speedup") for r in ok]),
-        "geomean_compile": geomean([r.get("speedup_vs_compile") for r in ok]),
+        "ok": bench["correct"],
+        **{key: fast(key) for key in ("fast_0_eager", "fast_1_eager", "fast_0_compile", "fast_1_compile")},
+        "geomean_eager": bench["geomean_speedup_eager"],
+        "geomean_compile": bench["geomean_speedup_compile"],
         "statuses": {
             s: sum(1 for r in rows if r["status"] == s) for s in sorted({r["status"] for r in rows})
         },

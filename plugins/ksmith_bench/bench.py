@@ -33,7 +33,7 @@ from ksmith_core.loading import (
     seed_path_for,
     with_backend,
 )
-from ksmith_core.model import Candidate, Problem, Verdict
+from ksmith_core.model import Candidate, Problem, Status, Verdict
 from ksmith_core.run import RunConfig
 
 RESULTS = "results.jsonl"
@@ -206,7 +206,7 @@ def _row(
 
 
 def _error_tail(verdict: Verdict | None) -> str:
-    if verdict is None or verdict.status.value == "ok":
+    if verdict is None or verdict.status is Status.OK:
         return ""
     text = verdict.error or verdict.details.get("stderr") or ""
     return str(text)[-ERROR_TAIL_CHARS:]

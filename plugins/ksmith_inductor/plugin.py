@@ -26,6 +26,7 @@ def seed_from_inductor(problem, options):
     # takes a place in the GPU's memory gate (its presence makes the others' out-of-memory retried alone),
     # and an out-of-memory it meets beside others is retried with the GPU to itself, as evaluations are.
     from ksmith_triton import admission
+    from ksmith_triton.evaluator import memory_failure
     from ksmith_triton.locks import physical_gpu
 
     if not admission.enabled():
@@ -35,7 +36,7 @@ def seed_from_inductor(problem, options):
         try:
             return _seed(problem, device, size)
         except InductorSeedError as exc:
-            if not (ticket.overlapped and "out of memory" in str(exc).lower()):
+            if not (ticket.overlapped and memory_failure(str(exc))):
                 raise
     with gate.admitted(0, exclusive=True):
         return _seed(problem, device, size)

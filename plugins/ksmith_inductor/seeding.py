@@ -708,11 +708,15 @@ class _HeldCall:
                 and bool(call.args)
                 and ast.unparse(call.args[0]) == self.output
             )
+        return isinstance(node, ast.Assign) and self.binds_output(node.value)
+
+    def binds_output(self, value: ast.expr) -> bool:
+        """Is ``value`` the ``bufN[0]`` that names a tuple result's output tensor (not yet named)?"""
         return (
             self.returns_tuple
             and self.output is None
-            and isinstance(node, ast.Assign)
-            and ast.unparse(node.value) == f"{self.result}[0]"
+            and isinstance(value, ast.Subscript)
+            and ast.unparse(value) == f"{self.result}[0]"
         )
 
 
@@ -725,9 +729,8 @@ class _ForwardWriter:
         self.names: dict[str, str] = {}  # Inductor's argN_1 -> expression in ModelNew
         self.device_expr = ""
         self.launches = 0
-        self.library_texts: list[
-            str
-        ] = []  # ksmith's GEMM and convolution kernels for Inductor's library calls
+        # ksmith's GEMM, convolution and attention kernels for Inductor's library calls
+        self.library_texts: list[str] = []
         self.gemms = self.convolutions = self.attentions = 0
         self.pending: _HeldCall | None = None
 
@@ -822,12 +825,7 @@ class _ForwardWriter:
         raise InductorSeedError(f"cannot translate Inductor's wrapper call {ast.unparse(call)!r}: {NO_SEED}")
 
     def _assignment(self, name: str, value: ast.expr) -> list[str]:
-        if (
-            isinstance(value, ast.Subscript)
-            and self.pending
-            and self.pending.output is None
-            and ast.unparse(value) == f"{self.pending.result}[0]"
-        ):
+        if self.pending and self.pending.binds_output(value):
             self.pending.output = name  # the attention's output tensor, whose layout check comes next
             return []
         if isinstance(value, ast.Call):

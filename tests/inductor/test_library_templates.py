@@ -173,31 +173,9 @@ def test_suite_convolution_and_attention_seed_and_pass_the_evaluator(relative: s
     assert verdict.status is Status.OK, (verdict.reasons, verdict.error)
 
 
-MASKED_ATTENTION = """
-import torch
-import torch.nn as nn
-import torch.nn.functional as F
-
-
-class Model(nn.Module):
-    def forward(self, q, k, v, mask):
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-
-
-def get_inputs():
-    return [torch.randn(1, 2, 16, 32), torch.randn(1, 2, 16, 32), torch.randn(1, 2, 16, 32), torch.randn(16, 16)]
-
-
-def get_init_inputs():
-    return []
-"""
-
-
-def test_attention_with_a_mask_is_refused_in_one_line(tmp_path: Path) -> None:
-    path = tmp_path / "masked_attention.py"
-    path.write_text(MASKED_ATTENTION, encoding="utf-8")
+def test_attention_with_a_mask_is_refused_in_one_line(data_dir: Path) -> None:
     with pytest.raises(InductorSeedError) as caught:
-        seed_from_inductor(load_problem(path), "cpu", small=True)
+        seed_from_inductor(load_problem(data_dir / "masked_attention.py"), "cpu", small=True)
     message = str(caught.value)
     assert "with an attention mask or bias" in message and "\n" not in message
 
