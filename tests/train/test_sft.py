@@ -7,12 +7,15 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from sft_data import short_data
-from stored_runs import write_run
 
-from ksmith_train.dataset import build_dataset
+datasets = pytest.importorskip(
+    "datasets"
+)  # before sft_data, which needs it: a missing extra skips, not errors
 
-datasets = pytest.importorskip("datasets")
+from sft_data import short_data  # noqa: E402
+from stored_runs import write_run  # noqa: E402
+
+from ksmith_train.dataset import build_dataset  # noqa: E402
 
 
 @pytest.mark.slow
