@@ -401,10 +401,13 @@ def run_trials_and_timing(
         except ProblemStepError as exc:  # the problem's code or the device's size: not the candidate's
             channel.send("error", status="setup_error", reason=str(exc), error=format_error(exc))
             return 0
-        inputs = staging.load(pristine)
-        if device == "cuda":
-            poison_allocator(input_bytes)
-            timers["synchronize"]()
+        try:
+            inputs = staging.load(pristine)
+            if device == "cuda":
+                poison_allocator(input_bytes)
+                timers["synchronize"]()
+        except BaseException as exc:  # noqa: BLE001 - memory the candidate's model keeps is the usual cause
+            return report_forward_error(channel, guards, exc, f"staging the inputs of trial {index}")
         try:
             out = guards.run_forward(model, inputs)
             if device == "cuda":
@@ -419,14 +422,18 @@ def run_trials_and_timing(
         except OutputError as exc:
             channel.send("error", status="rejected", reasons=[str(exc)])
             return 0
-        mutated = [i for i, (now, before) in enumerate(zip(inputs, pristine)) if not same_value(now, before)]
-        trials.append(
-            {
-                **save_outputs(out_dir, f"trial_{index}", structure, tensors, share_cuda),
-                "launches": guards.launches,
-                "mutated_inputs": mutated,
-            }
-        )
+        try:
+            mutated = [
+                i for i, (now, before) in enumerate(zip(inputs, pristine)) if not same_value(now, before)
+            ]
+            if index == 0 and share_cuda:
+                share_cuda = outputs_fit_on_device(tensors, len(trial_inputs))
+            saved = save_outputs(out_dir, f"trial_{index}", structure, tensors, share_cuda)
+        except BaseException as exc:  # noqa: BLE001 - an out-of-memory here is said as one, not a crash
+            return report_forward_error(
+                channel, guards, exc, f"ksmith's copy of the outputs of trial {index}"
+            )
+        trials.append({**saved, "launches": guards.launches, "mutated_inputs": mutated})
         del out, tensors, pristine  # made per trial when memory is short: one set alive at a time
     changed = guards.tampered()
     if changed:
@@ -564,6 +571,15 @@ class TimedCallCheck:
                 self.out_dir, f"timed_{index}", structure, tensors, self.share_cuda
             )["outputs"]
         self.channel.send("call", **message)
+
+
+def outputs_fit_on_device(tensors: list[Any], copies: int) -> bool:
+    """Whether ``copies`` copies of these outputs, kept on the GPU until the reference process has compared
+    them (CUDA IPC), take at most half of the free memory. If not, each copy goes to host memory and a file
+    instead (slower, but a problem whose outputs take gigabytes is still judged)."""
+    import torch
+
+    return tensor_bytes(tensors) * copies <= int(torch.cuda.mem_get_info()[0]) // 2
 
 
 def poison_allocator(input_bytes: int) -> None:

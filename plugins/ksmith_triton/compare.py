@@ -9,7 +9,7 @@ nothing unpickled). The candidate's process never holds a reference output.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +23,8 @@ UNCHANGED_ACROSS_SEEDS_FRACTION = 0.95
 NEAR_RELATIVE = 1e-5
 IPC_REF_COUNTERS = 10000  # entries in one torch IPC reference-counter file (CUDA_IPC_REF_COUNTER_FILE_SIZE)
 MEAN_CHECK_MIN_NUMEL = 16
+# Elements compared at once in float64 (128 MiB a slice per tensor).
+SLICE_ELEMENTS = 1 << 24
 
 
 @dataclass
@@ -231,45 +233,62 @@ def compare_values(index: int, mine: Any, ref: Any, tol: Tolerance, where: str) 
                 "rtol": 0.0,
             },
         )
-    a, b = mine.double(), ref.double()
+    # Float outputs are compared in float64 a slice at a time: a whole 6 GiB fp32 output in float64 would need
+    # 12 GiB per side (the reference process then ran out of memory beside large candidates).
     for name, test in (("NAN_OUTPUT", torch.isnan), ("INF_OUTPUT", torch.isinf)):
-        bad = test(a) & ~test(b)
-        if bad.any():
-            first = [int(i) for i in bad.nonzero()[0]]
+        count, first_flat = 0, None
+        for start, (a, b) in float64_slices(mine, ref):
+            bad = test(a) & ~test(b)
+            found = int(bad.sum())
+            if found and first_flat is None:
+                first_flat = start + int(bad.nonzero()[0][0])
+            count += found
+        if count:
+            first = unravel(first_flat, ref.shape)
             return Comparison(
                 False,
                 [
-                    f"{name}: output {index} has {int(bad.sum())} {'NaN' if name == 'NAN_OUTPUT' else 'Inf'} "
+                    f"{name}: output {index} has {count} {'NaN' if name == 'NAN_OUTPUT' else 'Inf'} "
                     f"value(s) where the reference has none (first at {tuple(first)}){where}"
                 ],
                 {
                     "output": index,
-                    "mismatched": int(bad.sum()),
+                    "mismatched": count,
                     "numel": ref.numel(),
                     "worst_index": first,
                     "atol": tol.atol,
                     "rtol": tol.rtol,
                 },
             )
-    close = torch.isclose(a, b, rtol=tol.rtol, atol=tol.atol, equal_nan=True)
-    if bool(close.all()):
+    if all(
+        bool(torch.isclose(a, b, rtol=tol.rtol, atol=tol.atol, equal_nan=True).all())
+        for _, (a, b) in float64_slices(mine, ref)
+    ):
         return None
-    diff = (a - b).abs().nan_to_num(nan=float("inf"))
-    diff = torch.where(close, torch.zeros_like(diff), diff)
-    flat = int(diff.argmax())
-    worst = [int(i) for i in torch.unravel_index(torch.tensor(flat), tuple(b.shape))] if b.dim() else []
-    rel = (diff / b.abs().clamp_min(1e-12)).max()
+    worst_diff, worst_flat, worst_rel, mismatched = -1.0, 0, 0.0, 0
+    expected_value = got_value = 0.0
+    for start, (a, b) in float64_slices(mine, ref):
+        close = torch.isclose(a, b, rtol=tol.rtol, atol=tol.atol, equal_nan=True)
+        diff = (a - b).abs().nan_to_num(nan=float("inf"))
+        diff = torch.where(close, torch.zeros_like(diff), diff)
+        at = int(diff.argmax())
+        if float(diff[at]) > worst_diff:  # the first largest, as one argmax over the whole output would pick
+            worst_diff, worst_flat = float(diff[at]), start + at
+            expected_value, got_value = float(b[at]), float(a[at])
+        worst_rel = max(worst_rel, float((diff / b.abs().clamp_min(1e-12)).max()))
+        mismatched += int((~close).sum())
+    worst = unravel(worst_flat, ref.shape)
     mismatch = {
         "output": index,
-        "max_abs_error": float(diff.max()),
-        "max_rel_error": float(rel),
+        "max_abs_error": worst_diff,
+        "max_rel_error": worst_rel,
         "worst_index": worst,
-        "mismatched": int((~close).sum()),
-        "numel": b.numel(),
+        "mismatched": mismatched,
+        "numel": ref.numel(),
         "atol": tol.atol,
         "rtol": tol.rtol,
-        "expected": float(b.flatten()[flat]),
-        "got": float(a.flatten()[flat]),
+        "expected": expected_value,
+        "got": got_value,
     }
     return Comparison(
         False,
@@ -283,44 +302,84 @@ def compare_values(index: int, mine: Any, ref: Any, tol: Tolerance, where: str) 
     )
 
 
-def degenerate_reasons(trials: list[Outputs], tolerance_for: Callable[[str], Tolerance]) -> list[str]:
-    """Why the reference cannot tell a real kernel from a constant, if it cannot (METR's filters)."""
+def float64_slices(*tensors: Any, elements: int | None = None):
+    """``(start, [slice of each tensor as float64])`` over the tensors' elements in row-major order, at most
+    ``elements`` (default ``SLICE_ELEMENTS``) at a time: a comparison's extra memory stays bounded however large
+    the output is."""
+    step = elements or SLICE_ELEMENTS
+    flats = [t.reshape(-1) for t in tensors]
+    total = flats[0].numel()
+    for start in range(0, total, step):
+        yield start, [f[start : start + step].double() for f in flats]
+
+
+def unravel(flat: int, shape: Any) -> list[int]:
+    """Row-major index of element ``flat`` of a tensor of ``shape`` ([] for a scalar)."""
+    index = []
+    for size in reversed(tuple(shape)):
+        index.append(flat % size)
+        flat //= size
+    return index[::-1]
+
+
+def degenerate_reasons(trials: Sequence[Outputs], tolerance_for: Callable[[str], Tolerance]) -> list[str]:
+    """Why the reference cannot tell a real kernel from a constant, if it cannot (METR's filters). ``trials``
+    is read by index, one at a time (two for the across-seeds check): it may compute each when asked."""
     import torch
 
+    def each(index: int):
+        for trial in range(len(trials)):
+            yield trials[trial].tensors[index]
+
+    def slices(index: int):
+        for value in each(index):
+            for _, (a,) in float64_slices(value):
+                yield a
+
     reasons: list[str] = []
-    for index in range(len(trials[0].tensors)):
-        values = [t.tensors[index].double() for t in trials]
-        if any(v.numel() == 0 for v in values):
+    count = len(trials)
+    outputs = [(t.numel(), t.dtype) for t in trials[0].tensors]  # sizes only: no output held across checks
+    for index, (size, dtype) in enumerate(outputs):
+        if size == 0:
             continue
-        scale = max(float(v.abs().nan_to_num(0.0).max()) for v in values)
+        numel = count * size
+        scale = max(float(a.abs().nan_to_num(0.0).max()) for a in slices(index))
         near = NEAR_RELATIVE * scale
-        numel = sum(v.numel() for v in values)
-        zero = sum(int((v.abs() <= near).sum()) for v in values) / numel
+        zero = sum(int((a.abs() <= near).sum()) for a in slices(index)) / numel
         if scale == 0.0 or zero >= DEGENERATE_FRACTION:
             reasons.append(
-                f"DEGENERATE_REFERENCE: output {index} is {zero:.0%} zeros across {len(values)} seeds; "
+                f"DEGENERATE_REFERENCE: output {index} is {zero:.0%} zeros across {count} seeds; "
                 "a constant output would pass, so no candidate can be judged on this problem"
             )
             continue
-        tol = tolerance_for(str(trials[0].tensors[index].dtype))
+        tol = tolerance_for(str(dtype))
         if all(
-            bool(torch.isclose(torch.zeros_like(v), v, rtol=tol.rtol, atol=tol.atol).all()) for v in values
+            bool(torch.isclose(torch.zeros_like(a), a, rtol=tol.rtol, atol=tol.atol).all())
+            for a in slices(index)
         ):
             reasons.append(
                 f"DEGENERATE_REFERENCE: an all-zero output passes the tolerance on output {index} "
                 f"(values are below atol {tol.atol:g}); scale the problem's inputs"
             )
             continue
-        if values[0].numel() >= MEAN_CHECK_MIN_NUMEL:
-            constant = sum(int(((v - v.mean()).abs() <= near).sum()) for v in values) / numel
-            if constant >= DEGENERATE_FRACTION:
+        if size >= MEAN_CHECK_MIN_NUMEL:
+            constant = 0
+            for v in each(index):
+                mean = sum(float(a.sum()) for _, (a,) in float64_slices(v)) / v.numel()
+                constant += sum(int(((a - mean).abs() <= near).sum()) for _, (a,) in float64_slices(v))
+            if constant / numel >= DEGENERATE_FRACTION:
                 reasons.append(
-                    f"DEGENERATE_REFERENCE: output {index} is {constant:.0%} equal to its mean; "
+                    f"DEGENERATE_REFERENCE: output {index} is {constant / numel:.0%} equal to its mean; "
                     "a constant output would pass"
                 )
                 continue
-        if len(values) >= 2:
-            same = min(float(((v - values[0]).abs() <= near).double().mean()) for v in values[1:])
+        if count >= 2:
+            values = each(index)
+            base = next(values)
+            same = min(
+                sum(int(((a - a0).abs() <= near).sum()) for _, (a, a0) in float64_slices(v, base)) / v.numel()
+                for v in values
+            )
             if same >= UNCHANGED_ACROSS_SEEDS_FRACTION:
                 reasons.append(
                     f"DEGENERATE_REFERENCE: output {index} is {same:.0%} unchanged across seeds; "

@@ -243,34 +243,18 @@ def _sample_shape_problem(
 def compare_with_reference(problem: types.ModuleType, device: str, command: dict[str, Any]) -> dict[str, Any]:
     """Reference outputs for the seeds, kept here on the device, and the candidate's outputs compared with
     them: the candidate's process has reported and is idle or gone, and never sees these."""
-    import torch
-
-    from ksmith_triton.compare import Outputs, compare_outputs, degenerate_reasons, load_outputs, tolerances
+    from ksmith_triton.compare import compare_outputs, degenerate_reasons, load_outputs, tolerances
 
     tolerance_for = tolerances(command["tolerances"])
     model = make_model(problem.Model, problem, command["init_seed"], device)
-    expected: list[Outputs] = []
-    meta: dict[str, Any] = {}
-    for index, seed in enumerate(command["seeds"]):
-        inputs = make_inputs(problem, seed, device)
-        with torch.no_grad():
-            out = model(*inputs)
-        structure, tensors = flatten_outputs(out)
-        expected.append(Outputs(structure, [t.detach() for t in tensors]))
-        if index == 0:
-            flops_fn = getattr(problem, "ksmith_flops", None)
-            meta = {
-                "input_bytes": tensor_bytes(inputs),
-                "output_bytes": tensor_bytes(tensors),
-                "flops": float(flops_fn(*inputs)) if callable(flops_fn) else 0.0,
-            }
-        del inputs, out
+    expected = ReferenceOutputs(problem, model, command["seeds"], device)
+    meta = expected.meta
     degenerate = degenerate_reasons(expected, tolerance_for) if command.get("degenerate_check") else []
     comparisons: list[dict[str, Any]] = []
     if not degenerate:
         directory = Path(command["directory"])
         label, count = command["label"], len(expected)
-        for index, (report, reference) in enumerate(zip(command["got"], expected)):
+        for index, report in enumerate(command["got"][:count]):
             try:
                 got = load_outputs(report, directory, device)
             except Exception as exc:  # noqa: BLE001 - unreadable or inconsistent files are the candidate's doing
@@ -282,7 +266,9 @@ def compare_with_reference(problem: types.ModuleType, device: str, command: dict
                     }
                 )
                 break
-            result = compare_outputs(got, reference, device, tolerance_for, f"{label} {index} of {count}")
+            result = compare_outputs(
+                got, expected[index], device, tolerance_for, f"{label} {index} of {count}"
+            )
             comparisons.append(
                 {"correct": result.correct, "reasons": result.reasons, "mismatch": result.mismatch}
             )
@@ -290,6 +276,63 @@ def compare_with_reference(problem: types.ModuleType, device: str, command: dict
             if not result.correct:
                 break
     return {"degenerate": degenerate, "comparisons": comparisons, "meta": meta}
+
+
+class ReferenceOutputs:
+    """The reference's outputs for each seed, by index: all kept once computed when they fit in half the free
+    memory, else computed again from the seed each time one is asked for (a problem whose outputs take
+    gigabytes is judged with one reference output alive at a time, at the cost of recomputing it)."""
+
+    def __init__(self, problem: types.ModuleType, model: Any, seeds: list[int], device: str) -> None:
+        self.problem, self.model, self.seeds, self.device = problem, model, list(seeds), device
+        self.kept: dict[int, Any] = {}
+        self.meta: dict[str, Any] = {}
+        first = self._compute(0, with_meta=True)
+        self.keep = self.meta["output_bytes"] * len(self.seeds) <= free_bytes(device) // 2
+        self.kept[0] = first  # the first is asked for next in every use (comparison, degenerate check)
+
+    def __len__(self) -> int:
+        return len(self.seeds)
+
+    def __getitem__(self, index: int) -> Any:
+        if index in self.kept:
+            found = self.kept[index]
+            if not self.keep:
+                del self.kept[index]  # handed out once: later asks recompute it
+            return found
+        if not 0 <= index < len(self.seeds):
+            raise IndexError(index)
+        out = self._compute(index)
+        if self.keep:
+            self.kept[index] = out
+        return out
+
+    def _compute(self, index: int, with_meta: bool = False) -> Any:
+        import torch
+
+        from ksmith_triton.compare import Outputs
+
+        inputs = make_inputs(self.problem, self.seeds[index], self.device)
+        with torch.no_grad():
+            out = self.model(*inputs)
+        structure, tensors = flatten_outputs(out)
+        if with_meta:
+            flops_fn = getattr(self.problem, "ksmith_flops", None)
+            self.meta = {
+                "input_bytes": tensor_bytes(inputs),
+                "output_bytes": tensor_bytes(tensors),
+                "flops": float(flops_fn(*inputs)) if callable(flops_fn) else 0.0,
+            }
+        return Outputs(structure, [t.detach() for t in tensors])
+
+
+def free_bytes(device: str) -> int:
+    """Free memory on the reference's device (on the CPU: treated as plenty; the host has its own limits)."""
+    if device != "cuda":
+        return 1 << 62
+    import torch
+
+    return int(torch.cuda.mem_get_info()[0])
 
 
 _prepared_timing: dict[str, Any] = {}

@@ -9,12 +9,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
 
 DATA = Path(__file__).parent / "data"
 
 
 def tiny_llama() -> tuple[torch.nn.Module, list[torch.Tensor]]:
+    pytest.importorskip("transformers")  # the model is transformers' LlamaModel (the train extra)
     spec = importlib.util.spec_from_file_location("ksmith_test_tiny_llama", DATA / "tiny_llama.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
