@@ -373,9 +373,13 @@ def run_trials_and_timing(
     # -- a first call, outside the trials: Triton compiles here, under this worker's own shared hold --------
     out_dir = Path("outputs")
     out_dir.mkdir(exist_ok=True)
-    staging = Staging(trial_inputs[0])
     try:
-        guards.run_forward(model, staging.load(trial_inputs[0]))
+        staging = Staging(trial_inputs[0])
+        first_inputs = staging.load(trial_inputs[0])
+    except BaseException as exc:  # noqa: BLE001 - memory the candidate's model keeps is the usual cause
+        return report_forward_error(channel, guards, exc, "staging the inputs of the first call")
+    try:
+        guards.run_forward(model, first_inputs)
         if device == "cuda":
             timers["synchronize"]()
     except BaseException as exc:  # noqa: BLE001
