@@ -38,12 +38,14 @@ from ksmith_mutate.source_model import (
     keyword_value,
     parse,
 )
+from ksmith_mutate.split_k import split_k_changes, split_k_steps
 from ksmith_mutate.tma import tma_change
 
 # The edit kinds, in a fixed order so that choices made with a seeded generator are reproducible.
 EDIT_KINDS = (
     "gemm_config",
     "tma_loads",
+    "split_k",
     "block_size",
     "dot_tile",
     "group_m",
@@ -258,6 +260,10 @@ def _all_changes(model: SourceModel, limits: Limits) -> Iterator[_Change]:
     if "tma" in limits.features:
         for description, pairs in tma_change(model):
             yield _change("tma_loads", description, pairs, detail={"direction": "up"})
+    for description, pairs, detail in split_k_changes(model):
+        yield _change("split_k", description, pairs, detail=detail)
+    for description, pairs, detail in split_k_steps(model):
+        yield _change("split_k", description, pairs, safer=detail["direction"] == "down", detail=detail)
     for site in model.launches:
         yield from _launch_changes(model, site, limits)
     for kernel in model.kernels.values():

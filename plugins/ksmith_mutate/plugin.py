@@ -10,12 +10,16 @@ Edit kinds (the arms of the bandit):
 ``gemm_config``
     A tiled matmul's ``BLOCK_M`` / ``BLOCK_N`` / ``BLOCK_K``, ``num_warps`` and ``num_stages`` set at once to one
     of Inductor's mm template configurations (:mod:`ksmith_mutate.gemm_configs`). A parent that is
-    compute-bound below 0.7 of its roofline tries this kind (then ``tma_loads``) before other untried kinds;
-    while it stays that far, only tiling edits (``gemm_config``, ``tma_loads``, ``dot_tile``) compete, and
-    those that grow the tile are four times likelier (more so the larger the tile).
+    compute-bound below 0.7 of its roofline tries this kind (then ``tma_loads``, ``split_k``) before other untried
+    kinds; while it stays that far, only tiling edits (``gemm_config``, ``tma_loads``, ``split_k``, ``dot_tile``)
+    compete, and those that grow the tile are four times likelier (more so the larger the tile).
 ``tma_loads``
     A tiled matmul's pointer loads in its K loop become TMA tensor-descriptor loads, each descriptor built over
     the operand's real layout (the launch passes which stride is 1) (:mod:`ksmith_mutate.tma`).
+``split_k``
+    A tiled matmul's K loop sliced over a new grid axis, the partial tiles added atomically into the zeroed
+    output, at ``SPLIT_K`` 4 or 16, then stepped x2 / /2 -- only where the epilogue is affine in the accumulator
+    (:mod:`ksmith_mutate.split_k`). Compute-bound parents far below their roofline try it with the tiling edits.
 ``block_size``
     A literal ``BLOCK_SIZE`` / ``BLOCK_*`` constexpr at a launch site of a kernel without ``tl.dot``, doubled
     or halved, staying a power of two in 16..8192 for one-dimensional blocks (1..8192 per axis, at most 65536
@@ -129,7 +133,7 @@ MOMENTUM_WEIGHT = 4.0
 GROW_TILE_WEIGHT = 4.0
 GROW_TILE_BELOW = 0.7
 TILE_KINDS = ("gemm_config", "dot_tile")
-STRUCTURAL_FIRST = ("gemm_config", "tma_loads")
+STRUCTURAL_FIRST = ("gemm_config", "tma_loads", "split_k")
 
 __all__ = ["MUTATE", "NAME", "best_working_ancestor", "ksmith_register_proposers", "launch_config", "propose"]
 

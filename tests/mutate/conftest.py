@@ -11,7 +11,7 @@ import pytest
 from ksmith_core.model import source_id
 
 KERNELS = Path(__file__).parent / "kernels"
-KERNEL_NAMES = ("softplus", "softmax", "rmsnorm", "matmul_bias_relu")
+KERNEL_NAMES = ("softplus", "softmax", "rmsnorm", "matmul_bias_relu", "linear_scaled")
 
 
 def seed_source(name: str) -> str:
