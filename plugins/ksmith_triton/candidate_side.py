@@ -430,8 +430,6 @@ def run_trials_and_timing(
             mutated = [
                 i for i, (now, before) in enumerate(zip(inputs, pristine)) if not same_value(now, before)
             ]
-            if index == 0 and share_cuda:
-                share_cuda = outputs_fit_on_device(tensors, len(trial_inputs))
             saved = save_outputs(out_dir, f"trial_{index}", structure, tensors, share_cuda)
         except BaseException as exc:  # noqa: BLE001 - an out-of-memory here is said as one, not a crash
             return report_forward_error(
@@ -575,15 +573,6 @@ class TimedCallCheck:
                 self.out_dir, f"timed_{index}", structure, tensors, self.share_cuda
             )["outputs"]
         self.channel.send("call", **message)
-
-
-def outputs_fit_on_device(tensors: list[Any], copies: int) -> bool:
-    """Whether ``copies`` copies of these outputs, kept on the GPU until the reference process has compared
-    them (CUDA IPC), take at most half of the free memory. If not, each copy goes to host memory and a file
-    instead (slower, but a problem whose outputs take gigabytes is still judged)."""
-    import torch
-
-    return tensor_bytes(tensors) * copies <= int(torch.cuda.mem_get_info()[0]) // 2
 
 
 def poison_allocator(input_bytes: int) -> None:
