@@ -391,8 +391,12 @@ def run_trials_and_timing(
     if hold is not None:
         hold.release()  # from here on the driver holds the lock for what it asks
     channel.send("ready", steps=step_seconds())
-    if read_command().get("op") != "trials":
+    command = read_command()
+    if command.get("op") != "trials":
         return 0
+    # Streamed: each trial's outputs are reported and compared before the next trial runs, so one trial's
+    # copy is alive at a time (the driver asks for it when every trial's outputs would not fit).
+    stream = bool(command.get("stream"))
 
     # -- correctness trials (the parent holds the GPU's shared lock meanwhile) ----------------------------
     share_cuda = device == "cuda" and job.get("transport", "ipc") == "ipc"
@@ -435,7 +439,13 @@ def run_trials_and_timing(
             return report_forward_error(
                 channel, guards, exc, f"ksmith's copy of the outputs of trial {index}"
             )
-        trials.append({**saved, "launches": guards.launches, "mutated_inputs": mutated})
+        entry = {**saved, "launches": guards.launches, "mutated_inputs": mutated}
+        trials.append(entry)
+        if stream:
+            channel.send("trial", index=index, **entry)
+            if read_command().get("op") != "next":
+                return 0
+            SHARED_OUTPUTS.clear()  # compared: the reference process has let go of them
         del out, tensors, pristine  # made per trial when memory is short: one set alive at a time
     changed = guards.tampered()
     if changed:
@@ -486,6 +496,7 @@ def run_trials_and_timing(
         prequeue_ms=timed.prequeue_ms,
         exposed_calls=timed.exposed,
         full_checks=check.full,
+        full_checks_skipped=check.full_skipped,
         peak_bytes=peak_memory_bytes(device),
     )
     read_command()
@@ -522,10 +533,22 @@ class TimedCallCheck:
         self.last_call_launches: int | None = None  # set by the timing loop's guarded call
         self.full_rate = min(1.0, self.FULL_CHECKS_PER_RUN / max(1, trials))
         self.full: list[int] = []
+        self.full_skipped = 0  # full checks drawn but left out: their copy would not fit (``_copy_fits``)
         self.input_seed: int | None = None  # the seed of the last fresh inputs made
 
     def _draw(self) -> int:
         return int.from_bytes(self.urandom(8), "little") >> 1
+
+    def _copy_fits(self, tensors: list[Any]) -> bool:
+        """A full check keeps a copy of the call's outputs on the GPU until the timing ends: only while it takes
+        at most half the free memory (outputs of gigabytes: fewer calls fully checked, every call sampled)."""
+        if not self.share_cuda:
+            return True
+        import torch
+
+        fits = tensor_bytes(tensors) <= int(torch.cuda.mem_get_info()[0]) // 2
+        self.full_skipped += 0 if fits else 1
+        return fits
 
     def __call__(
         self, index: int, input_set: int, out: Any, last: bool, gpu_ms: float, host_ms: float
@@ -567,7 +590,7 @@ class TimedCallCheck:
             "seed": seed,
             "samples": samples,
         }
-        if self._draw() / 2**63 < self.full_rate or (last and not self.full):
+        if (self._draw() / 2**63 < self.full_rate or (last and not self.full)) and self._copy_fits(tensors):
             self.full.append(index)
             message["outputs"] = save_outputs(
                 self.out_dir, f"timed_{index}", structure, tensors, self.share_cuda

@@ -28,6 +28,7 @@ others is judged again alone (``admitted_run``, ``admission.py``).
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import os
 import secrets
@@ -79,6 +80,8 @@ TIMING_SETS = {"cuda": 3, "cpu": 2}
 CPU_TIMING_TRIALS = 3
 CPU_WARMUP = 1
 REFERENCE_TIMEOUT_S = 900.0
+# Every trial's outputs together above this: each trial is compared as soon as it ran (``_stream_trials``).
+STREAM_TRIALS_ABOVE_BYTES = 8 << 30
 COMPARE_TIMEOUT_MIN_S = 60.0  # comparing a candidate's outputs takes at most this or the candidate's timeout
 MAX_REFERENCE_WORKERS = 16  # warm reference processes kept; the least recently used one goes first
 OUTPUT_TAIL_IN_DETAILS = 1500
@@ -821,27 +824,38 @@ class Evaluation:
         ):  # the worker's own clock: start-up, idle, prepare, import...
             self.details["worker_steps"] = report["steps"]
 
+        stream = self._stream_trials(worker, len(trial_seeds))
         clock = time.monotonic()
         with shared_gpu_lock(self.device, self.gpu):
-            child.send({"op": "trials"})
-            report = child.wait_message("correctness", opts.timeout_s)
+            child.send({"op": "trials", "stream": stream})
+            if stream:
+                streamed = self._compare_each_trial(child, worker, trial_seeds)
+            else:
+                report = child.wait_message("correctness", opts.timeout_s)
         phases["candidate_trials"] = round(time.monotonic() - clock, 3)
-        failed = self.failed_report(report, child, "correctness trials")
-        if failed is not None:
-            return failed
-        self.saw_peak("candidate", report)
-        self.trials_reported = True
-        trials = report["trials"]
+        if stream:
+            if isinstance(streamed, Verdict):
+                return streamed
+            compared, trials = streamed
+            self.details["trials_streamed"] = True
+        else:
+            failed = self.failed_report(report, child, "correctness trials")
+            if failed is not None:
+                return failed
+            self.saw_peak("candidate", report)
+            self.trials_reported = True
+            trials = report["trials"]
         self.launches = [int(t["launches"]) for t in trials if isinstance(t.get("launches"), int)]
 
-        # The candidate has reported; only now are the reference outputs computed, in another process.
-        clock = time.monotonic()
-        compared = self._compare_outputs_in_reference(
-            worker, child, trial_seeds, trials, "trial", degenerate_check=True
-        )
-        phases["reference_compare"] = round(time.monotonic() - clock, 3)
-        if isinstance(compared, Verdict):
-            return compared
+        if not stream:
+            # The candidate has reported; only now are the reference outputs computed, in another process.
+            clock = time.monotonic()
+            compared = self._compare_outputs_in_reference(
+                worker, child, trial_seeds, trials, "trial", degenerate_check=True
+            )
+            phases["reference_compare"] = round(time.monotonic() - clock, 3)
+            if isinstance(compared, Verdict):
+                return compared
         if compared["degenerate"]:
             return self.verdict(Status.REJECTED, compared["degenerate"])
         for index, trial in enumerate(trials):
@@ -857,6 +871,70 @@ class Evaluation:
         if failed is not None:
             return failed
         return self._time(child, worker, compared["meta"])
+
+    def _stream_trials(self, worker: ReferenceWorker, trials: int) -> bool:
+        """Whether each trial's outputs are compared as soon as the trial ran (the candidate's process then
+        keeps one trial's outputs, not every trial's): on a GPU, when every trial's outputs together would
+        take more than ``STREAM_TRIALS_ABOVE_BYTES``. ``KSMITH_STREAM_TRIALS=1`` / ``0`` forces it."""
+        forced = os.environ.get("KSMITH_STREAM_TRIALS")
+        if forced in ("0", "1"):
+            return forced == "1"
+        if self.device != "cuda":
+            return False
+        sizes = self.sizes or (worker.facts().get("sizes") or {})
+        output_bytes = sizes.get("output_bytes")
+        return isinstance(output_bytes, int) and output_bytes * trials > STREAM_TRIALS_ABOVE_BYTES
+
+    def _compare_each_trial(
+        self, child: Child, worker: ReferenceWorker, seeds: list[int]
+    ) -> tuple[dict[str, Any], list[dict[str, Any]]] | Verdict:
+        """The streamed trials: each trial's report compared in the reference process before the candidate
+        runs the next (it waits for ``next``), then the degenerate-reference check over all the seeds. The
+        caller holds the GPU's shared lock. The same checks as at once, in the same order of precedence; the
+        candidate only learns that a trial passed by being asked for the next one."""
+        comparisons: list[dict[str, Any]] = []
+        trials: list[dict[str, Any]] = []
+        meta: dict[str, Any] = {}
+        clock = time.monotonic()
+        compare_s = 0.0
+        for index, seed in enumerate(seeds):
+            report = child.wait_message("trial", self.options.timeout_s)
+            failed = self.failed_report(report, child, "correctness trials")
+            if failed is not None:
+                return failed
+            trials.append(report)
+            self.trials_reported = True
+            started = time.monotonic()
+            compared = self._compare_outputs_in_reference(
+                worker, child, [seed], [report], "trial", locked=True, first=index, total=len(seeds)
+            )
+            compare_s += time.monotonic() - started
+            if isinstance(compared, Verdict):
+                return compared
+            comparisons.extend(compared["comparisons"])
+            meta = meta or compared.get("meta") or {}
+            if not all(c.get("correct") for c in compared["comparisons"]):
+                break
+            if index + 1 < len(seeds):
+                child.send({"op": "next"})
+        if len(comparisons) == len(seeds) and all(c.get("correct") for c in comparisons):
+            child.send({"op": "next"})
+            final = child.wait_message("correctness", self.options.timeout_s)
+            failed = self.failed_report(final, child, "correctness trials")
+            if failed is not None:
+                return failed
+            self.saw_peak("candidate", final)
+            trials = final["trials"]
+        started = time.monotonic()
+        checked = self._compare_outputs_in_reference(
+            worker, child, seeds, [], "trial", degenerate_check=True, locked=True
+        )
+        compare_s += time.monotonic() - started
+        self.phases["reference_compare"] = round(compare_s, 3)
+        self.phases["candidate_trials_alone"] = round(time.monotonic() - clock - compare_s, 3)
+        if isinstance(checked, Verdict):
+            return checked
+        return {"degenerate": checked["degenerate"], "comparisons": comparisons, "meta": meta}, trials
 
     def before_admission(self) -> Verdict | None:
         """Work done before the evaluation waits for its GPU's memory and runs (a native backend builds its
@@ -876,14 +954,20 @@ class Evaluation:
         got: list[dict[str, Any]],
         label: str,
         degenerate_check: bool = False,
+        locked: bool = False,
+        first: int = 0,
+        total: int | None = None,
     ) -> dict[str, Any] | Verdict:
         """The reference process's comparison of the candidate's outputs (``got``) with the reference outputs
-        for ``seeds``; a verdict instead when the reference could not run beside the candidate's process."""
+        for ``seeds``; a verdict instead when the reference could not run beside the candidate's process.
+        ``locked``: the caller already holds the GPU's shared lock. ``first`` / ``total``: which of how many
+        trials ``seeds`` are, for the reasons' labels (a streamed trial is compared alone)."""
         tolerances = self._tolerances()
         reports = [{"structure": g.get("structure"), "outputs": g.get("outputs", [])} for g in got]
         directory = child.scratch / "outputs"
+        hold = contextlib.nullcontext() if locked else shared_gpu_lock(self.device, self.gpu)
         try:
-            with shared_gpu_lock(self.device, self.gpu):
+            with hold:
                 compared = worker.compare_with_reference(
                     self._job["init_seed"],
                     seeds,
@@ -892,6 +976,8 @@ class Evaluation:
                     label=label,
                     tolerances=tolerances,
                     degenerate_check=degenerate_check,
+                    first=first,
+                    total=total,
                     timeout_s=max(COMPARE_TIMEOUT_MIN_S, self.options.timeout_s),
                 )
             self.saw_peak("reference", compared)
@@ -904,7 +990,7 @@ class Evaluation:
             # The candidate's process is still alive and may hold the GPU's memory: retry without it. If the
             # reference fails again the problem itself is broken, and that error goes to the user.
             child.kill()
-            with shared_gpu_lock(self.device, self.gpu):
+            with contextlib.nullcontext() if locked else shared_gpu_lock(self.device, self.gpu):
                 worker.compare_with_reference(
                     self._job["init_seed"], seeds, [], directory, label=label, tolerances=tolerances
                 )
@@ -1031,6 +1117,7 @@ class Evaluation:
             "exposed_calls": int(report.get("exposed_calls") or 0),
             "host_median_ms": host_ms[len(host_ms) // 2],
             "fully_checked_calls": [int(c["index"]) for c in full],
+            "full_checks_skipped_for_memory": int(report.get("full_checks_skipped") or 0),
         }
         if self.device == "cuda":
             contradictions = timing_contradictions(gpu_ms, [int(c["set"]) for c in calls])

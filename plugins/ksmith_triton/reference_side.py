@@ -253,7 +253,9 @@ def compare_with_reference(problem: types.ModuleType, device: str, command: dict
     comparisons: list[dict[str, Any]] = []
     if not degenerate:
         directory = Path(command["directory"])
+        # A streamed trial is compared alone: ``first`` / ``total`` say which of how many it is.
         label, count = command["label"], len(expected)
+        first, total = int(command.get("first") or 0), int(command.get("total") or count)
         for index, report in enumerate(command["got"][:count]):
             try:
                 got = load_outputs(report, directory, device)
@@ -261,14 +263,13 @@ def compare_with_reference(problem: types.ModuleType, device: str, command: dict
                 comparisons.append(
                     {
                         "correct": False,
-                        "reasons": [f"FORGED_OUTPUT: {label} {index}: {exc}"],
+                        "reasons": [f"FORGED_OUTPUT: {label} {first + index}: {exc}"],
                         "mismatch": None,
                     }
                 )
                 break
-            result = compare_outputs(
-                got, expected[index], device, tolerance_for, f"{label} {index} of {count}"
-            )
+            where = f"{label} {first + index} of {total}"
+            result = compare_outputs(got, expected[index], device, tolerance_for, where)
             comparisons.append(
                 {"correct": result.correct, "reasons": result.reasons, "mismatch": result.mismatch}
             )
@@ -287,6 +288,9 @@ class ReferenceOutputs:
         self.problem, self.model, self.seeds, self.device = problem, model, list(seeds), device
         self.kept: dict[int, Any] = {}
         self.meta: dict[str, Any] = {}
+        self.keep = True
+        if not self.seeds:
+            return
         first = self._compute(0, with_meta=True)
         self.keep = self.meta["output_bytes"] * len(self.seeds) <= free_bytes(device) // 2
         self.kept[0] = first  # the first is asked for next in every use (comparison, degenerate check)
