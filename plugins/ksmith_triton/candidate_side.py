@@ -442,10 +442,13 @@ def run_trials_and_timing(
         entry = {**saved, "launches": guards.launches, "mutated_inputs": mutated}
         trials.append(entry)
         if stream:
+            del out, tensors, pristine, inputs
+            release_cached_memory(device)  # the reference now computes beside this process
             channel.send("trial", index=index, **entry)
             if read_command().get("op") != "next":
                 return 0
             SHARED_OUTPUTS.clear()  # compared: the reference process has let go of them
+            continue
         del out, tensors, pristine  # made per trial when memory is short: one set alive at a time
     changed = guards.tampered()
     if changed:
@@ -475,6 +478,8 @@ def run_trials_and_timing(
         return 0
     except BaseException as exc:  # noqa: BLE001
         return report_forward_error(channel, guards, exc, "timing")
+    timing_inputs.clear()
+    release_cached_memory(device)  # the reference checks the timed calls beside this process next
     changed = guards.tampered()
     if changed:
         channel.send(
@@ -596,6 +601,15 @@ class TimedCallCheck:
                 self.out_dir, f"timed_{index}", structure, tensors, self.share_cuda
             )["outputs"]
         self.channel.send("call", **message)
+
+
+def release_cached_memory(device: str) -> None:
+    """Give the caching allocator's free blocks back to the GPU (the poison block, freed inputs and outputs)
+    before the reference process computes beside this one. The next trial poisons afresh."""
+    if device == "cuda":
+        import torch
+
+        torch.cuda.empty_cache()
 
 
 def poison_allocator(input_bytes: int) -> None:
