@@ -23,8 +23,11 @@ The launch passes ``SPLIT_K`` as a constexpr, its grid gains the axis through ``
 ``meta["SPLIT_K"]``, so the value is tuned at the launch alone), and the output argument is zeroed in place
 (``c.zero_()``) as it is passed. The epilogue must be affine in the accumulator: scaled by factors that do not
 depend on it, shifted by terms that do not (added by the first slice only), stored once. Anything else
-(an activation, a second store, a cast kept in a variable) leaves the kernel alone, as does a pointer advanced in
-the loop that is not one of the recognised operands, or a kernel already using grid axis 2. Sums in another order and
+(an activation, a second store, a cast kept in a variable) leaves the kernel alone, as do: a pointer advanced in
+the loop that is not one of the recognised operands (or advanced a second way), any other value carried
+through the loop or read after it (a counter, a running max, ``k``), an epilogue that loads through the output
+(a residual: the zeroed output would lose it), more than one launch of the kernel, and a kernel already using
+grid axis 2. The slices' start offsets are computed in int64, as the loop's pointer increments effectively are. Sums in another order and
 atomics make the result differ from the unsplit one by rounding; the evaluator judges it by the problem's
 tolerance like any other candidate.
 """
@@ -35,7 +38,14 @@ from collections.abc import Iterator
 
 import libcst as cst
 
-from ksmith_mutate.source_model import KernelDef, LaunchSite, SourceModel, is_tl_call, keyword_value
+from ksmith_mutate.source_model import (
+    KernelDef,
+    LaunchSite,
+    SourceModel,
+    dotted_name,
+    is_tl_call,
+    keyword_value,
+)
 from ksmith_mutate.tma import (
     _code,
     _expr,
@@ -274,12 +284,14 @@ def _rewrite_kernel(
         tiles = args[1]
         span = f"tl.cdiv({tiles}, {PARAM})"
         new_iter = f"range({START}, min({START} + {SPAN}, {tiles}))"
-        moves = [f"{pointer} += {START} * {block} * {stride}" for pointer, block, stride in pointers]
+        moves = [
+            f"{pointer} += {START}.to(tl.int64) * {block} * {stride}" for pointer, block, stride in pointers
+        ]
     else:
         extent, step = args[1], args[2]
         span = f"tl.cdiv(tl.cdiv({extent}, {step}), {PARAM}) * {step}"
         new_iter = f"range({START}, min({START} + {SPAN}, {extent}), {step})"
-        moves = [f"{pointer} += {START} * {stride}" for pointer, _, stride in pointers]
+        moves = [f"{pointer} += {START}.to(tl.int64) * {stride}" for pointer, _, stride in pointers]
     prologue = [f"{PID} = tl.program_id({axis})", f"{SPAN} = {span}", f"{START} = {PID} * {SPAN}", *moves]
     body = list(kernel.node.body.body)
     at = body.index(loop)
@@ -292,6 +304,82 @@ def _rewrite_kernel(
     return kernel.node.with_changes(
         params=_with_param(kernel.node, PARAM), body=kernel.node.body.with_changes(body=statements)
     )
+
+
+class _Assigned(cst.CSTVisitor):
+    """Every name a block assigns (plain, augmented or loop targets), with how many statements do."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+
+    def _add(self, target: cst.BaseExpression) -> None:
+        for name in _names(target):
+            self.counts[name] = self.counts.get(name, 0) + 1
+
+    def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+        self._add(node.target)
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        self._add(node.target)
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        self._add(node.target)
+
+    def visit_NamedExpr(self, node: cst.NamedExpr) -> None:
+        self._add(node.target)
+
+    def visit_For(self, node: cst.For) -> None:
+        self._add(node.target)
+
+
+def _loop_state_is_only(
+    loop: cst.For,
+    before: list[cst.BaseStatement],
+    after: list[cst.BaseStatement],
+    acc: str,
+    increments: list[tuple[str, str, str]],
+) -> bool:
+    """Whether the K loop carries nothing but the accumulator and the recognised pointer increments: a name
+    the loop assigns that lived before it (a counter, a running max) or that the epilogue reads (``k``, a
+    loop local) would differ from slice to slice, and the split kernel would compute something else."""
+    assigned = _Assigned()
+    loop.visit(assigned)
+    pointers = {inc[0] for inc in increments}
+    if any(assigned.counts.get(pointer, 0) != 1 for pointer in pointers):
+        return False  # a pointer moved a second way as well (``a_ptrs = a_ptrs + ...``)
+    earlier = _Assigned()
+    for statement in before:
+        statement.visit(earlier)
+    carried = {name for name in assigned.counts if name in earlier.counts} - {acc} - pointers
+    if carried:
+        return False
+    read_after = set().union(*(_names(statement) for statement in after)) if after else set()
+    return not ((set(assigned.counts) - {acc} - pointers) & read_after)
+
+
+def _reads_output(body: list[cst.BaseStatement], after: list[cst.BaseStatement], output: str) -> bool:
+    """Whether a ``tl.load`` after the loop reads through the output parameter, or through any name the
+    kernel derives from it (``c_ptrs``, ``c_ptrs0``, ...)."""
+    watched = {output}
+    grew = True
+    while grew:  # names assigned from watched names, to a fixed point
+        grew = False
+        for statement in body:
+            assigned = _single_name_assign(statement)
+            if assigned is not None and assigned[0] not in watched and _names(assigned[1]) & watched:
+                watched.add(assigned[0])
+                grew = True
+    found = False
+
+    class Loads(cst.CSTVisitor):
+        def visit_Call(self, node: cst.Call) -> None:
+            nonlocal found
+            if is_tl_call(node, "load") and node.args and _names(node.args[0].value) & watched:
+                found = True
+
+    for statement in after:
+        statement.visit(Loads())
+    return found
 
 
 def split_k_changes(model: SourceModel) -> Iterator[tuple[str, list[tuple[cst.CSTNode, cst.CSTNode]], dict]]:
@@ -321,8 +409,10 @@ def split_k_changes(model: SourceModel) -> Iterator[tuple[str, list[tuple[cst.CS
         acc = _accumulator(kernel, loop)
         if acc is None:
             continue
-        after = list(kernel.node.body.body)
-        after = after[after.index(loop) + 1 :]
+        body = list(kernel.node.body.body)
+        before, after = body[: body.index(loop)], body[body.index(loop) + 1 :]
+        if not _loop_state_is_only(loop, before, after, acc, increments):
+            continue
         rewriter = _Epilogue(acc)
         try:
             epilogue = rewriter.statements(after)
@@ -331,9 +421,11 @@ def split_k_changes(model: SourceModel) -> Iterator[tuple[str, list[tuple[cst.CS
         if len(rewriter.stores) != 1:
             continue
         output = _store_param(kernel, rewriter.stores[0])
+        if output is None or _reads_output(body, after, output):
+            continue  # the epilogue reads the output (a residual, C += A @ B): zeroing it would lose that
         sites = [s for s in model.launches if s.kernel == kernel.name]
-        if output is None or not sites:
-            continue
+        if len(sites) != 1:
+            continue  # several launches may write parts of one output: each would zero the others' part
         new_kernel: cst.CSTNode = _rewrite_kernel(kernel, loop, counts_tiles, axis, epilogue, increments)
         if needs_helper:
             helper = list(cst.parse_module(GRID_HELPER_SOURCE).body)
@@ -386,8 +478,16 @@ def split_k_steps(model: SourceModel) -> Iterator[tuple[str, list[tuple[cst.CSTN
 
     for site in model.launches:
         value = site.literal_ints().get(PARAM)
-        if value is None:
-            continue
+        func = site.call.func
+        split_grid = (
+            isinstance(func, cst.Subscript)
+            and len(func.slice) == 1
+            and isinstance(func.slice[0].slice, cst.Index)
+            and isinstance(func.slice[0].slice.value, cst.Call)
+            and dotted_name(func.slice[0].slice.value.func) == GRID_HELPER
+        )
+        if value is None or not split_grid:
+            continue  # a grid that does not read meta["SPLIT_K"] would not follow the new value
         for new, direction in ((value * 2, "up"), (value // 2, "down")):
             if VALUES[0] <= new <= VALUES[1]:
                 yield (

@@ -275,7 +275,8 @@ def compare_values(index: int, mine: Any, ref: Any, tol: Tolerance, where: str) 
         if float(diff[at]) > worst_diff:  # the first largest, as one argmax over the whole output would pick
             worst_diff, worst_flat = float(diff[at]), start + at
             expected_value, got_value = float(b[at]), float(a[at])
-        worst_rel = max(worst_rel, float((diff / b.abs().clamp_min(1e-12)).max()))
+        rel = float((diff / b.abs().clamp_min(1e-12)).max())
+        worst_rel = rel if math.isnan(rel) or rel > worst_rel else worst_rel  # NaN wins, as in one max
         mismatched += int((~close).sum())
     worst = unravel(worst_flat, ref.shape)
     mismatch = {

@@ -890,15 +890,22 @@ class Evaluation:
     ) -> tuple[dict[str, Any], list[dict[str, Any]]] | Verdict:
         """The streamed trials: each trial's report compared in the reference process before the candidate
         runs the next (it waits for ``next``), then the degenerate-reference check over all the seeds. The
-        caller holds the GPU's shared lock. The same checks as at once, in the same order of precedence; the
-        candidate only learns that a trial passed by being asked for the next one."""
+        caller holds the GPU's shared lock. The same checks as at once, with one time budget for all the trials
+        (comparisons not counted); the candidate only learns that a trial passed by being asked for the next
+        one. One difference: a wrong trial ends the trials, so what a later trial would have done (a crash, a
+        broken rule) is not seen -- the verdict is the mismatch."""
         comparisons: list[dict[str, Any]] = []
         trials: list[dict[str, Any]] = []
         meta: dict[str, Any] = {}
         clock = time.monotonic()
         compare_s = 0.0
+
+        def candidate_time_left() -> float:
+            # One budget for all trials, as at once: the candidate's time only, not the comparisons'.
+            return max(0.1, self.options.timeout_s - (time.monotonic() - clock - compare_s))
+
         for index, seed in enumerate(seeds):
-            report = child.wait_message("trial", self.options.timeout_s)
+            report = child.wait_message("trial", candidate_time_left())
             failed = self.failed_report(report, child, "correctness trials")
             if failed is not None:
                 return failed
@@ -919,7 +926,7 @@ class Evaluation:
                 child.send({"op": "next"})
         if len(comparisons) == len(seeds) and all(c.get("correct") for c in comparisons):
             child.send({"op": "next"})
-            final = child.wait_message("correctness", self.options.timeout_s)
+            final = child.wait_message("correctness", candidate_time_left())
             failed = self.failed_report(final, child, "correctness trials")
             if failed is not None:
                 return failed

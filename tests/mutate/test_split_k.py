@@ -80,10 +80,32 @@ def test_split_k_leaves_a_non_affine_epilogue_alone():
     assert _split_edits(relu) == []
     seed = seed_source("linear_scaled")
     assert _split_edits(seed)
+    residual = "    c_ptrs0 = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn\n"
     for changed in (
         seed.replace("    acc *= 0.5\n", "    acc *= 0.5\n    acc = acc * acc\n"),  # not linear
         seed.replace("    acc *= 0.5\n", "    if acc.shape[0] > 1:\n        acc *= 0.5\n"),  # branch on acc
         seed.replace("tl.store(c_ptrs, acc,", "tl.store(c_ptrs, acc + 0,"),  # a store of something else
+        # A pointer moved in a form the prologue does not recognise: A would be read from k = 0 in every slice.
+        seed.replace(
+            "        a_ptrs += BLOCK_K * stride_ak\n", "        a_ptrs = a_ptrs + BLOCK_K * stride_ak\n"
+        ),
+        # A value carried out of the loop differs per slice.
+        seed.replace("    for k in range(", "    n_iter = 0\n    for k in range(")
+        .replace(
+            "        b_ptrs += BLOCK_K * stride_bk\n",
+            "        b_ptrs += BLOCK_K * stride_bk\n        n_iter += 1\n",
+        )
+        .replace("    acc *= 0.5\n", "    acc *= 0.5 * n_iter\n"),
+        # The epilogue reads the output (a residual): zeroing the output first would lose it.
+        seed.replace("    acc *= 0.5\n", residual + "    acc += tl.load(c_ptrs0)\n    acc *= 0.5\n"),
     ):
         assert changed != seed
         assert _split_edits(changed) == []
+
+
+def test_split_k_steps_only_where_the_grid_reads_meta():
+    split = _split_edits(seed_source("linear_scaled"))[0].source
+    assert _split_edits(split)
+    literal_grid = split.replace("_split_k_grid(grid, 1)", "(triton.cdiv(M, 32) * triton.cdiv(N, 32), 4)")
+    assert literal_grid != split
+    assert _split_edits(literal_grid) == []  # a hand-written split whose grid would not follow SPLIT_K

@@ -45,3 +45,12 @@ def test_a_degenerate_reference_is_refused_when_streamed(monkeypatch, reference_
     )
     assert verdict.status is Status.REJECTED
     assert verdict.reasons[0].startswith("DEGENERATE_REFERENCE:")
+
+
+@pytest.mark.parametrize("stream", ["1", "0"])
+def test_streamed_trials_share_one_time_budget(stream, monkeypatch, reference_cache):
+    """Streamed, each trial is awaited separately: the candidate still gets one budget for all of them."""
+    monkeypatch.setenv("KSMITH_STREAM_TRIALS", stream)
+    options = quick_options(reference_cache, correctness_trials=3, timeout_s=6.0)
+    verdict = evaluate(problem("scale_add"), candidate("slow_calls"), options)
+    assert verdict.status is Status.TIMEOUT, verdict.reasons
