@@ -55,6 +55,7 @@ from ksmith_mutate.tma import (
     _operands,
     _single_name_assign,
     _sum_terms,
+    with_constexpr_params,
 )
 
 PARAM = "SPLIT_K"
@@ -256,19 +257,6 @@ def _store_param(kernel: KernelDef, pointer: cst.BaseExpression) -> str | None:
     return None
 
 
-def _with_param(kernel: cst.FunctionDef, name: str) -> cst.Parameters:
-    """``name: tl.constexpr`` appended in the separator style of the signature (as ``tma_loads`` adds its)."""
-    original = list(kernel.params.params)
-    separator = (
-        original[-2].comma if len(original) >= 2 else cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
-    )
-    params = [*original[:-1], original[-1].with_changes(comma=separator)]
-    params.append(
-        cst.Param(cst.Name(name), annotation=cst.Annotation(_expr("tl.constexpr")), comma=original[-1].comma)
-    )
-    return kernel.params.with_changes(params=params)
-
-
 def _rewrite_kernel(
     kernel: KernelDef,
     loop: cst.For,
@@ -302,7 +290,8 @@ def _rewrite_kernel(
         *epilogue,
     ]
     return kernel.node.with_changes(
-        params=_with_param(kernel.node, PARAM), body=kernel.node.body.with_changes(body=statements)
+        params=with_constexpr_params(kernel.node, [PARAM]),
+        body=kernel.node.body.with_changes(body=statements),
     )
 
 

@@ -376,21 +376,26 @@ def _rewrite_kernel(kernel: KernelDef, loop: cst.For, operands: list[_Operand]) 
             statements.append(new_loop)
         else:
             statements.append(statement)
-    # New constexpr parameters go last, in the separator style of the signature (one per line or not).
-    original = list(kernel.node.params.params)
+    return kernel.node.with_changes(
+        params=with_constexpr_params(kernel.node, [op.flag for op in operands]),
+        body=kernel.node.body.with_changes(body=statements),
+    )
+
+
+def with_constexpr_params(kernel: cst.FunctionDef, names: list[str]) -> cst.Parameters:
+    """The kernel's parameters with ``NAME: tl.constexpr`` for each of ``names`` appended, in the separator
+    style of the signature (one per line or not). Shared by the edits that add constexprs (``split_k`` too)."""
+    original = list(kernel.params.params)
     separator = (
         original[-2].comma if len(original) >= 2 else cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
     )
     params = [*original[:-1], original[-1].with_changes(comma=separator)]
-    for i, op in enumerate(operands):
-        comma = original[-1].comma if i == len(operands) - 1 else separator
+    for i, name in enumerate(names):
+        comma = original[-1].comma if i == len(names) - 1 else separator
         params.append(
-            cst.Param(cst.Name(op.flag), annotation=cst.Annotation(_expr("tl.constexpr")), comma=comma)
+            cst.Param(cst.Name(name), annotation=cst.Annotation(_expr("tl.constexpr")), comma=comma)
         )
-    return kernel.node.with_changes(
-        params=kernel.node.params.with_changes(params=params),
-        body=kernel.node.body.with_changes(body=statements),
-    )
+    return kernel.params.with_changes(params=params)
 
 
 def _launch_argument(site: LaunchSite, kernel: KernelDef, param: str) -> cst.BaseExpression | None:
