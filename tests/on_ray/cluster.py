@@ -7,7 +7,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 # What actors load (KSMITH_PLUGIN_MODULES): the toy backend and the crashy one.
-ACTOR_PLUGINS = "tests.core.toy:PLUGIN,tests.ray.crashy:PLUGIN"
+ACTOR_PLUGINS = "tests.core.toy:PLUGIN,tests.on_ray.crashy:PLUGIN"
 
 
 def start_cluster(ray) -> None:

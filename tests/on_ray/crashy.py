@@ -9,7 +9,7 @@ actor there; this backend evaluates in the actor's own process and exits it when
 - ``SLEEP = <seconds>``: take that long (a job still running when the test kills its actor).
 
 Everything else is the toy backend's (``tests/core/toy.py``: ``SPEED = <float>`` is the speedup). Actors load
-it through ``KSMITH_PLUGIN_MODULES=tests.ray.crashy:PLUGIN``; the driver registers ``PLUGIN`` (or the same
+it through ``KSMITH_PLUGIN_MODULES=tests.on_ray.crashy:PLUGIN``; the driver registers ``PLUGIN`` (or the same
 module path) too, so that it knows the backend's name.
 """
 
@@ -96,5 +96,5 @@ class CrashyPlugin:
         return out
 
 
-# For KSMITH_PLUGIN_MODULES="tests.ray.crashy:PLUGIN".
+# For KSMITH_PLUGIN_MODULES="tests.on_ray.crashy:PLUGIN".
 PLUGIN = CrashyPlugin()

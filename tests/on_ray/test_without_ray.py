@@ -14,7 +14,7 @@ import sys
 import pytest
 
 from tests.core.toy import write_toy_problem
-from tests.ray.cluster import REPO
+from tests.on_ray.cluster import REPO
 
 MISSING = "ksmith: error: the ray executor needs the 'ray' package: pip install 'kernel-smith[ray]'"
 NO_RAY = "import sys; sys.modules['ray'] = None; "

@@ -1,8 +1,8 @@
 """A real local Ray cluster for the tests of this directory: two CPUs, no dashboard, one per test module.
 
-This directory is not a package (no ``__init__.py``), like ``tests/triton``: as one, pytest would import it
-as ``ray`` and hide the real one. Its helpers are imported as ``tests.ray.cluster`` and
-``tests.ray.crashy``.
+This directory is not named ``ray``: pytest puts ``tests/`` on ``sys.path``, and a ``tests/ray`` folder would then
+import as a namespace package ``ray`` wherever the real one is not installed. Its helpers are imported as ``tests.on_ray.cluster`` and
+``tests.on_ray.crashy``.
 
 Actors are Ray worker processes: they find the test plugins through ``KSMITH_PLUGIN_MODULES`` and this
 repository through ``PYTHONPATH``, both set in the cluster's job-level runtime environment. The driver (the
@@ -18,12 +18,12 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
-    sys.path.append(str(REPO))  # `tests.ray.crashy` also under the bare `pytest` script
+    sys.path.append(str(REPO))  # `tests.on_ray.crashy` also under the bare `pytest` script
 
 from ksmith_core.plugins import get_plugin_manager  # noqa: E402
 from tests.core.toy import ToyPlugin  # noqa: E402
-from tests.ray import crashy  # noqa: E402
-from tests.ray.cluster import start_cluster  # noqa: E402
+from tests.on_ray import crashy  # noqa: E402
+from tests.on_ray.cluster import start_cluster  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -26,8 +26,8 @@ from ksmith_core.loading import load_candidate, load_problem
 from ksmith_core.model import Candidate, EvalOptions, Status
 from ksmith_core.run import RunConfig
 from tests.core.toy import write_toy_problem
-from tests.ray import crashy
-from tests.ray.cluster import ACTOR_PLUGINS, REPO, start_cluster
+from tests.on_ray import crashy
+from tests.on_ray.cluster import ACTOR_PLUGINS, REPO, start_cluster
 
 pytestmark = pytest.mark.slow
 
