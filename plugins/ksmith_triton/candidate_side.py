@@ -173,8 +173,7 @@ def prepare_candidate_run(job: dict[str, Any]) -> tuple[Any, ...]:
         input_bytes = tensor_bytes(first)
         budget = free_device_bytes(device) // 4
         trial_inputs = InputSets(problem, job["trial_seeds"], device, first, input_bytes, budget)
-        keep = max(1, min(len(job.get("timing_seeds", [])), budget // max(1, input_bytes) - 1))
-        timing_inputs = [make_inputs(problem, seed, device) for seed in job.get("timing_seeds", [])[:keep]]
+        timing_inputs = TimingInputs(problem, job.get("timing_seeds", []), device, input_bytes, budget)
         # The problem's own code, run before any of the candidate's: a failure here is the problem's.
         job["init_inputs"] = make_init_inputs(problem, job["init_seed"], device)
 
@@ -226,6 +225,36 @@ class InputSets:
             if self.kept is None and index == 0:
                 self.first = None  # made again only if asked again: one set alive at a time
             yield inputs
+
+
+class TimingInputs:
+    """The timing loop's input sets (as many as fit in ``budget`` bytes beside one more, at least one).
+
+    Small ones are made up front, before the candidate loads, like the trials'. Large ones are made when the
+    timing starts, after the trials' inputs and staging are freed: while the reference process computes and
+    compares the trials beside this one, the candidate's process then holds no input set it is not using (on
+    an 8.6 GB problem that set was what ran the pair out of an 80 GB GPU). Either way they come from the same
+    seeds, drawn by the driver before the candidate existed."""
+
+    UP_FRONT_SHARE = 4  # made up front while they take at most this share of the budget
+
+    def __init__(self, problem: Any, seeds: list[int], device: str, input_bytes: int, budget: int) -> None:
+        self.problem, self.device = problem, device
+        keep = max(1, min(len(seeds), budget // max(1, input_bytes) - 1))
+        self.seeds = list(seeds[:keep])
+        self.sets: list[list[Any]] = []
+        self.deferred = input_bytes * len(self.seeds) > budget // self.UP_FRONT_SHARE
+        if not self.deferred:
+            self.sets = [make_inputs(problem, seed, device) for seed in self.seeds]
+
+    def made(self) -> list[list[Any]]:
+        """Every set, made now where it was deferred."""
+        if len(self.sets) < len(self.seeds):
+            self.sets = [make_inputs(self.problem, seed, self.device) for seed in self.seeds]
+        return self.sets
+
+    def clear(self) -> None:
+        self.sets, self.seeds = [], []
 
 
 def free_device_bytes(device: str) -> int:
@@ -321,7 +350,7 @@ def run_trials_and_timing(
     job: dict[str, Any],
     problem: Any,
     trial_inputs: list[list[Any]],
-    timing_inputs: list[list[Any]],
+    timing_inputs: TimingInputs,
     input_bytes: int,
     guards: Any,
     timers: dict[str, Any],
@@ -468,16 +497,23 @@ def run_trials_and_timing(
     # The trials' inputs are no longer needed: memory goes to the timing loop (large problems fit).
     trial_inputs.release()
     del staging
+    try:
+        with resource_limits(device, "making the timing inputs"):
+            timing_sets = timing_inputs.made()
+    except ProblemStepError as exc:  # the problem's code or the device's size: not the candidate's
+        channel.send("error", status="setup_error", reason=str(exc), error=format_error(exc))
+        return 0
     check = TimedCallCheck(
         channel, timers["urandom"], out_dir, share_cuda, int(command["trials"]), guards, hooks_before
     )
     try:
-        timed = time_candidate(guards, model, problem, timing_inputs, timers, command, device, check)
+        timed = time_candidate(guards, model, problem, timing_sets, timers, command, device, check)
     except (OutputError, CheckRefused) as exc:
         channel.send("error", status="rejected", reasons=[str(exc)])
         return 0
     except BaseException as exc:  # noqa: BLE001
         return report_forward_error(channel, guards, exc, "timing")
+    del timing_sets
     timing_inputs.clear()
     release_cached_memory(device)  # the reference checks the timed calls beside this process next
     changed = guards.tampered()

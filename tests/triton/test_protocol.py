@@ -265,6 +265,37 @@ def test_trial_inputs_are_made_one_at_a_time_when_they_do_not_fit():
     assert lazy.first is None  # the first set was let go once its trial had it
 
 
+def test_timing_inputs_of_a_large_problem_are_made_when_the_timing_starts():
+    from ksmith_triton.candidate_side import TimingInputs
+    from ksmith_triton.child_common import load_problem_module, make_inputs
+
+    module = load_problem_module((CASES / "scale_add.py").read_text(), {"batch_size": 4, "dim": 256})
+    seeds = [21, 22, 23]
+    input_bytes = sum(t.numel() * t.element_size() for t in make_inputs(module, seeds[0], "cpu"))
+    up_front = TimingInputs(module, seeds, "cpu", input_bytes, budget=1 << 30)
+    deferred = TimingInputs(module, seeds, "cpu", input_bytes, budget=2 * input_bytes)
+    assert not up_front.deferred and len(up_front.sets) == 3
+    assert deferred.deferred and deferred.sets == [] and len(deferred.seeds) == 1  # one set beside one more
+    made = deferred.made()
+    assert len(made) == 1 and all(torch.equal(a, b) for a, b in zip(made[0], up_front.sets[0]))
+    deferred.clear()
+    assert deferred.made() == []
+
+
+def test_a_candidate_is_timed_on_deferred_timing_inputs(tmp_path, reference_cache):
+    """End to end: a problem whose timing sets count as large (the candidate's process defers them) is judged
+    and timed as usual."""
+    source = (CASES / "scale_add.py").read_text() + (
+        "\n\n# This test's knob: every input set counts as large in the candidate's process.\n"
+        "from ksmith_triton.candidate_side import TimingInputs\n\nTimingInputs.UP_FRONT_SHARE = 10**18\n"
+    )
+    path = tmp_path / "scale_add_deferred.py"
+    path.write_text(source)
+    verdict = evaluate(load_problem(path), candidate("scale_add_ok"), quick_options(reference_cache))
+    assert verdict.status is Status.OK, verdict.reasons
+    assert verdict.runtime_ms is not None and verdict.runtime_ms > 0
+
+
 def test_a_problem_too_large_for_the_device_is_one_resource_line(tmp_path, reference_cache):
     from ksmith_core.errors import ProblemError
 
