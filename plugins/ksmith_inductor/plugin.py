@@ -36,7 +36,7 @@ def seed_from_inductor(problem, options):
         try:
             return _seed(problem, device, size)
         except InductorSeedError as exc:
-            if not (ticket.overlapped and memory_failure(str(exc))):
+            if not ((ticket.overlapped or ticket.crowded_at_start) and memory_failure(str(exc))):
                 raise
     with gate.admitted(0, exclusive=True):
         return _seed(problem, device, size)

@@ -21,9 +21,11 @@ together and the verdicts said ``OUT_OF_MEMORY`` for kernels that were fine. So,
   cache, so the next bench starts from them.
 * **Retry alone** (``evaluator.admitted_run``, GPUs only: ``shares_memory``): an out-of-memory verdict (``OUT_OF_MEMORY`` from the candidate,
   ``RESOURCE_EXHAUSTED`` from the reference, or a ``RESOURCE`` problem error) reached while another
-  evaluation ran on the same GPU is not trusted: the evaluation runs again with the GPU to itself
-  (exclusive admission, ahead of the queue), and only that verdict counts. An out-of-memory when it ran
-  alone is final.
+  evaluation ran on the same GPU, or after it was admitted alone to a GPU of which others held more than the
+  margin (``Ticket.crowded_at_start``: other programs, the workers ksmith keeps warm, a process of the last
+  evaluation still exiting), is not trusted: ksmith lets its idle warm processes go, waits for the GPU's free
+  memory to settle, and the evaluation runs again with the GPU to itself (exclusive admission, ahead of the
+  queue); only that verdict counts. An out-of-memory when it ran alone on an uncrowded GPU is final.
 
 Scope: the gate is per process -- the threads of one driver, which is how ``--parallel`` evaluates (the
 ``local`` executor's threads, ``ksmith bench``'s threads, the threads of one Ray actor, which owns its GPU).
@@ -81,6 +83,9 @@ class Ticket:
     # then may be the others' doing.
     overlapped: bool = False
     waited_s: float = 0.0
+    # Admitted alone onto a device whose memory others (other programs, processes ksmith keeps warm, a
+    # process still exiting) held more of than the margin: an out-of-memory may be theirs too.
+    crowded_at_start: bool = False
 
 
 class MemoryGate:
@@ -95,6 +100,8 @@ class MemoryGate:
         self._running: list[Ticket] = []
         self._queue: deque[Ticket] = deque()
         self._idle_free: int | None = None  # free bytes when none of ours ran
+        self._idle_used: int | None = None  # ... and bytes in use then, beside the margin for them
+        self._idle_margin = 0
 
     @contextlib.contextmanager
     def admitted(self, need: int, exclusive: bool = False) -> Iterator[Ticket]:
@@ -128,6 +135,8 @@ class MemoryGate:
                 ticket.overlapped = True
                 for other in self._running:
                     other.overlapped = True
+            else:
+                ticket.crowded_at_start = self._idle_used is not None and self._idle_used > self._idle_margin
             self._running.append(ticket)
             self._cond.notify_all()  # the next in line may fit too
         ticket.waited_s = round(time.monotonic() - started, 3)
@@ -143,6 +152,8 @@ class MemoryGate:
         if not self._running:
             reading = self._read(0.0)  # fresh: this is the free memory the reservations share
             self._idle_free = reading[0] if reading else None
+            self._idle_used = reading[1] - reading[0] if reading else None
+            self._idle_margin = margin_bytes(reading[1]) if reading else 0
             return True  # alone: always admitted (too large a problem gets its RESOURCE verdict)
         if ticket.exclusive or any(t.exclusive for t in self._running):
             return False

@@ -146,10 +146,14 @@ class ReferenceWorker:
         if isinstance(result, dict) and result.get("problem_step"):
             log.debug("reference process of %s: %s", self.problem.name, result.get("error", ""))
             raise ProblemError(f"problem {self.problem.name}: {result.get('reason')}")
+        # The exception's one line (``reason``) leads: a traceback's first line says nothing. The traceback
+        # goes to the debug log.
+        if isinstance(result, dict) and result.get("error"):
+            log.debug("reference process of %s: %s", self.problem.name, result["error"])
         detail = (
             result.describe()
             if isinstance(result, ChildExit)
-            else result.get("error") or result.get("reason")
+            else result.get("reason") or result.get("error")
         )
         tail = self.child.output_tail()["stderr"][-1500:] if self.child else ""
         if self.child:
@@ -498,6 +502,7 @@ def admitted_run(
     if not first_reason:
         return with_details(verdict, memory={**memory, "shared_gpu": ticket.overlapped})
     log.info("%s: out of memory beside other evaluations; again alone: %s", problem.name, first_reason[:200])
+    make_room(evaluation)
     again = cls(problem, candidate, options, gpu=evaluation.gpu)
     with gate.admitted(need, exclusive=True) as alone:
         try:
@@ -513,8 +518,41 @@ def admitted_run(
 
 
 def crowded(ticket: admission.Ticket, evaluation: Evaluation) -> bool:
-    """Other evaluations ran on the evaluation's device while it did, and their memory is its memory."""
-    return ticket.overlapped and admission.shares_memory(evaluation.device)
+    """Other evaluations ran on the evaluation's device while it did, or others held more than the margin of
+    its memory when it started alone, and their memory is its memory."""
+    return (ticket.overlapped or ticket.crowded_at_start) and admission.shares_memory(evaluation.device)
+
+
+SETTLE_WAIT_S = 20.0  # at most this long for the GPU's free memory to stop growing before a retry alone
+
+
+def make_room(evaluation: Evaluation) -> None:
+    """Before a retry alone: let go of the spare candidate workers and the idle reference processes of other
+    problems (each holds a CUDA context, and a reference process may hold its problem's model), then wait
+    for the GPU's free memory to settle (processes that exit give their memory back over a moment)."""
+    POOL.drop_spares()
+    with _workers_lock:
+        others = [w for k, w in list(_workers.items()) if k[0] != evaluation.problem.sha]
+    for worker in others:
+        if worker.lock.acquire(blocking=False):  # one in use by another evaluation stays
+            try:
+                worker.close()
+            finally:
+                worker.lock.release()
+            with _workers_lock:
+                for key, found in list(_workers.items()):
+                    if found is worker:
+                        del _workers[key]
+    if evaluation.device != "cuda" or evaluation.gpu is None:
+        return
+    deadline = time.monotonic() + SETTLE_WAIT_S
+    last = admission.gpu_memory(evaluation.gpu, 0.0)
+    while last is not None and time.monotonic() < deadline:
+        time.sleep(0.5)
+        now = admission.gpu_memory(evaluation.gpu, 0.0)
+        if now is None or now[0] <= last[0] + (64 << 20):  # no longer growing
+            return
+        last = now
 
 
 def with_details(verdict: Verdict, **details: Any) -> Verdict:

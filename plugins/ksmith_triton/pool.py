@@ -188,6 +188,14 @@ class WarmPool:
         with self._lock:
             self._in_flight = max(0, self._in_flight - 1)
 
+    def drop_spares(self) -> None:
+        """Let every spare worker go (the fork servers stay; new spares start as they are needed)."""
+        with self._lock:
+            spares = [c for group in self._spares.values() for c in group]
+            self._spares.clear()
+        for child in spares:
+            discard(child)
+
     def close(self) -> None:
         with self._lock:
             spares = [c for group in self._spares.values() for c in group]

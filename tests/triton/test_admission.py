@@ -340,6 +340,34 @@ def test_an_out_of_memory_alone_is_the_verdict(tmp_path, reference_cache, cpu_sh
     assert verdict.details["memory"]["shared_gpu"] is False
 
 
+def test_an_evaluation_admitted_alone_to_a_crowded_device_knows_it():
+    device = FakeDevice(free=TOTAL - 3 * GIB)  # 3 GiB used by others: within the 4 GiB margin
+    gate = MemoryGate(device)
+    ticket = gate.acquire(GIB)
+    assert not ticket.crowded_at_start and not ticket.overlapped
+    gate.release(ticket)
+    device.free = TOTAL - 20 * GIB  # others (warm workers, an exiting process, other programs) hold 20 GiB
+    ticket = gate.acquire(GIB)
+    assert ticket.crowded_at_start and not ticket.overlapped
+    gate.release(ticket)
+
+
+def test_an_out_of_memory_alone_on_a_crowded_device_is_judged_again(
+    tmp_path, reference_cache, cpu_shares_memory, monkeypatch
+):
+    from ksmith_triton import evaluator
+
+    gate = cpu_shares_memory
+    monkeypatch.setattr(gate, "_read", FakeDevice(free=TOTAL - 20 * GIB))
+    made_room: list[str] = []
+    monkeypatch.setattr(evaluator.POOL, "drop_spares", lambda: made_room.append("spares"))
+    verdict = evaluate(problem("scale_add"), oom_once(tmp_path / "ran"), quick_options(reference_cache))
+    assert verdict.status is Status.OK, verdict.reasons
+    assert verdict.details["oom_retried_alone"] is True
+    assert verdict.details["oom_first_reason"].startswith("OUT_OF_MEMORY: in the first call")
+    assert made_room == ["spares"]
+
+
 def test_the_first_evaluation_reserves_the_estimate_and_the_next_what_it_measured(tmp_path, monkeypatch):
     footprints = Footprints()
     monkeypatch.setattr(admission, "FOOTPRINTS", footprints)
