@@ -487,16 +487,20 @@ def run_trials_and_timing(
         return 0
     # Peak memory so far (the trials' outputs are all alive now): the driver's admission expects as much
     # of the problem's next evaluations (admission.py). The candidate could lie; the driver floors it.
-    channel.send("correctness", trials=trials, peak_bytes=peak_memory_bytes(device))
+    peak = peak_memory_bytes(device)
+    # The trials are over: their inputs and the staging copy go, and the allocator's cached blocks (the
+    # poison block, each trial's freed inputs) go back to the GPU before the reference process compares and
+    # times beside this one (with 8 GiB inputs, 48 GiB stayed cached here and the reference ran out).
+    trial_inputs.release()
+    staging = first_inputs = inputs = None
+    release_cached_memory(device)
+    channel.send("correctness", trials=trials, peak_bytes=peak)
 
     # -- timing, when the parent found the outputs correct ---------------------------------------------------
     command = read_command()
     if command.get("op") != "time":
         return 0
     SHARED_OUTPUTS.clear()  # compared: the reference process has let go of them
-    # The trials' inputs are no longer needed: memory goes to the timing loop (large problems fit).
-    trial_inputs.release()
-    del staging
     try:
         with resource_limits(device, "making the timing inputs"):
             timing_sets = timing_inputs.made()
