@@ -502,9 +502,9 @@ def admitted_run(
     if not first_reason:
         return with_details(verdict, memory={**memory, "shared_gpu": ticket.overlapped})
     log.info("%s: out of memory beside other evaluations; again alone: %s", problem.name, first_reason[:200])
-    make_room(evaluation)
     again = cls(problem, candidate, options, gpu=evaluation.gpu)
     with gate.admitted(need, exclusive=True) as alone:
+        make_room(evaluation)  # nothing else of ours runs now: every idle process can go
         try:
             verdict = again.run()  # a problem error now is the problem's, as without a gate
         finally:
@@ -534,7 +534,8 @@ def make_room(evaluation: Evaluation) -> None:
     with _workers_lock:
         others = [w for k, w in list(_workers.items()) if k[0] != evaluation.problem.sha]
     for worker in others:
-        if worker.lock.acquire(blocking=False):  # one in use by another evaluation stays
+        # One still answering a thread of ours outside the gate stays.
+        if worker.lock.acquire(blocking=False):
             try:
                 worker.close()
             finally:
