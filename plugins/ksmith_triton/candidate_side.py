@@ -234,7 +234,9 @@ class TimingInputs:
     timing starts, after the trials' inputs and staging are freed: while the reference process computes and
     compares the trials beside this one, the candidate's process then holds no input set it is not using (on
     an 8.6 GB problem that set was what ran the pair out of an 80 GB GPU). Either way they come from the same
-    seeds, drawn by the driver before the candidate existed."""
+    seeds, drawn by the driver before the candidate existed; sets made after the candidate loaded are trusted
+    no more than the fresh inputs the timing loop makes: every timed call's outputs are checked against the
+    reference process's for the same seeds."""
 
     UP_FRONT_SHARE = 4  # made up front while they take at most this share of the budget
 
