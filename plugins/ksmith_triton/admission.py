@@ -99,9 +99,7 @@ class MemoryGate:
         self._cond = threading.Condition()
         self._running: list[Ticket] = []
         self._queue: deque[Ticket] = deque()
-        self._idle_free: int | None = None  # free bytes when none of ours ran
-        self._idle_used: int | None = None  # ... and bytes in use then, beside the margin for them
-        self._idle_margin = 0
+        self._idle_reading: MemoryReading | None = None  # (free, total) when none of ours ran
 
     @contextlib.contextmanager
     def admitted(self, need: int, exclusive: bool = False) -> Iterator[Ticket]:
@@ -135,8 +133,9 @@ class MemoryGate:
                 ticket.overlapped = True
                 for other in self._running:
                     other.overlapped = True
-            else:
-                ticket.crowded_at_start = self._idle_used is not None and self._idle_used > self._idle_margin
+            elif self._idle_reading is not None:
+                free, total = self._idle_reading
+                ticket.crowded_at_start = total - free > margin_bytes(total)
             self._running.append(ticket)
             self._cond.notify_all()  # the next in line may fit too
         ticket.waited_s = round(time.monotonic() - started, 3)
@@ -150,10 +149,7 @@ class MemoryGate:
 
     def _fits(self, ticket: Ticket) -> bool:
         if not self._running:
-            reading = self._read(0.0)  # fresh: this is the free memory the reservations share
-            self._idle_free = reading[0] if reading else None
-            self._idle_used = reading[1] - reading[0] if reading else None
-            self._idle_margin = margin_bytes(reading[1]) if reading else 0
+            self._idle_reading = self._read(0.0)  # fresh: this is the free memory the reservations share
             return True  # alone: always admitted (too large a problem gets its RESOURCE verdict)
         if ticket.exclusive or any(t.exclusive for t in self._running):
             return False
@@ -170,8 +166,8 @@ class MemoryGate:
         # other programs took since the device was idle; the idle reading caps it while reservations are
         # still unused.
         available = free + self.reserved()
-        if self._idle_free is not None:
-            available = min(available, self._idle_free)
+        if self._idle_reading is not None:
+            available = min(available, self._idle_reading[0])
         return available - margin_bytes(total)
 
     def reads_memory(self) -> bool:

@@ -532,18 +532,17 @@ def make_room(evaluation: Evaluation) -> None:
     for the GPU's free memory to settle (processes that exit give their memory back over a moment)."""
     POOL.drop_spares()
     with _workers_lock:
-        others = [w for k, w in list(_workers.items()) if k[0] != evaluation.problem.sha]
-    for worker in others:
-        # One still answering a thread of ours outside the gate stays.
-        if worker.lock.acquire(blocking=False):
-            try:
-                worker.close()
-            finally:
-                worker.lock.release()
-            with _workers_lock:
-                for key, found in list(_workers.items()):
-                    if found is worker:
-                        del _workers[key]
+        others = [(key, w) for key, w in _workers.items() if key[0] != evaluation.problem.sha]
+    for key, worker in others:
+        if not worker.lock.acquire(blocking=False):
+            continue  # still answering a thread of ours outside the gate: it stays
+        try:
+            worker.close()
+        finally:
+            worker.lock.release()
+        with _workers_lock:
+            if _workers.get(key) is worker:
+                del _workers[key]
     if evaluation.device != "cuda" or evaluation.gpu is None:
         return
     deadline = time.monotonic() + SETTLE_WAIT_S

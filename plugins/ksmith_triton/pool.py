@@ -197,11 +197,7 @@ class WarmPool:
             discard(child)
 
     def close(self) -> None:
-        with self._lock:
-            spares = [c for group in self._spares.values() for c in group]
-            self._spares.clear()
-        for child in spares:
-            discard(child)
+        self.drop_spares()
         with self._server_lock:
             servers = [*self._servers.values(), *self._retired]
             self._servers.clear()
