@@ -16,8 +16,15 @@ deadline are. ``table`` reads ``OUT/results.jsonl`` and prints, per level and fo
 * every problem that did not end ``ok``, with its status and first reason;
 * the problems where torch.compile itself runs below 0.6 of the roofline (the room issue 16 asks about).
 
+``evolve`` takes a subset of what ``run`` evaluated (:func:`choose_subset`: per level, the correct
+non-convolution seeds furthest behind torch.compile, where an evolution has the most to find) and runs
+``ksmith bench --evolve --budget B`` over it, each problem starting from the seed ``run`` stored, with the same
+deadline and resume; it prints seed and best against torch.compile, problem by problem.
+
     python benchmarks/kernelbench_levels.py run --kernelbench ~/KernelBench --levels 1 2 --out kb --deadline-s 540
     python benchmarks/kernelbench_levels.py table --out kb [--json kb/table.json] [--rows kb/rows.jsonl]
+    python benchmarks/kernelbench_levels.py evolve --kernelbench ~/KernelBench --from kb --out kb-evolve \
+        --count 20 --budget 16 --deadline-s 540
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -66,14 +74,21 @@ def run(args: argparse.Namespace) -> int:
         str(args.out),
         "--json",
     ]
-    args.out.mkdir(parents=True, exist_ok=True)
+    bench_until(cmd, args.out, args.deadline_s)
+    table(args)
+    return 0
+
+
+def bench_until(cmd: list[str], out: Path, deadline_s: float) -> None:
+    """Run a ``ksmith bench`` command, its output appended to ``OUT/bench.log``, and stop it at the deadline."""
+    out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    with open(args.out / "bench.log", "a", encoding="utf-8") as log:
+    with open(out / "bench.log", "a", encoding="utf-8") as log:
         log.write(f"\n# {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(cmd)}\n")
         log.flush()
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         try:
-            rc = proc.wait(timeout=args.deadline_s)
+            rc = proc.wait(timeout=deadline_s)
         except subprocess.TimeoutExpired:
             # Finished rows are already on disk (one fsync'd line each); what is in flight is redone next time.
             os.killpg(proc.pid, signal.SIGTERM)
@@ -85,8 +100,78 @@ def run(args: argparse.Namespace) -> int:
             rc = None
     wall = time.monotonic() - started
     print(f"bench {'stopped at the deadline' if rc is None else f'exited with {rc}'} after {wall:.0f} s")
-    table(args)
+
+
+def choose_subset(rows: dict[str, dict[str, Any]], count: int) -> list[str]:
+    """``count`` problems (``levelN/NAME`` keys) to evolve: in each level in turn, the ``ok`` rows that are
+    not convolutions, furthest behind torch.compile first (ties by name), as evenly over the levels as they
+    go. Convolutions are left out because their seeds' evaluations take minutes each."""
+    by_level: dict[str, list[str]] = {}
+    for key, row in sorted(rows.items()):
+        if row["status"] == "ok" and not is_conv(row) and row.get("speedup_vs_compile") is not None:
+            by_level.setdefault(level_of(row), []).append(key)
+    for keys in by_level.values():
+        keys.sort(key=lambda k: (rows[k]["speedup_vs_compile"], k))
+    chosen: list[str] = []
+    while len(chosen) < count and any(by_level.values()):
+        for keys in by_level.values():
+            if keys and len(chosen) < count:
+                chosen.append(keys.pop(0))
+    return chosen
+
+
+def evolve(args: argparse.Namespace) -> int:
+    """Evolve a subset of what ``run`` evaluated (chosen once, kept in ``OUT/subset.json``), from its seeds."""
+    subset_file = args.out / "subset.json"
+    args.out.mkdir(parents=True, exist_ok=True)
+    if subset_file.exists():
+        chosen = json.loads(subset_file.read_text())["problems"]
+    else:
+        chosen = choose_subset(latest_rows(args.source), args.count)
+        subset_file.write_text(json.dumps({"rule": choose_subset.__doc__.split(":")[0], "problems": chosen}))
+    seeds = args.out / "seeds"
+    seeds.mkdir(exist_ok=True)
+    for key in chosen:
+        level, name = key.split("/", 1)
+        linked = args.out / "problems" / level / f"{name}.py"
+        linked.parent.mkdir(parents=True, exist_ok=True)
+        if not linked.exists():
+            shutil.copyfile(
+                level_dir(args.kernelbench, int(level.removeprefix("level"))) / f"{name}.py", linked
+            )
+        for stored in (args.source / "seeds").glob(f"{name}.seed.*"):  # the seed run stored, reused as it is
+            if not (seeds / stored.name).exists():
+                shutil.copyfile(stored, seeds / stored.name)
+    dirs = sorted(str(d) for d in (args.out / "problems").iterdir())
+    cmd = [
+        sys.executable, "-c", "from ksmith_core.cli import main; main()", "bench", *dirs, "--evolve",
+        "--seed-from", "inductor", "--budget", str(args.budget), "--device", args.device,
+        "--parallel", str(args.parallel), "-o", str(args.out), "--json",
+    ]  # fmt: skip
+    bench_until(cmd, args.out, args.deadline_s)
+    print_evolved(latest_rows(args.out), chosen)
     return 0
+
+
+def print_evolved(rows: dict[str, dict[str, Any]], chosen: list[str]) -> None:
+    print(f"\n{'problem':<58}{'status':<12}{'seed vs c':>10}{'best vs c':>10}{'best vs e':>10}")
+    gains = []
+    for key in chosen:
+        row = rows.get(key)
+        if row is None:
+            print(f"{key:<58}{'-':<12}")
+            continue
+        seed, best = row.get("seed_speedup_vs_compile"), row.get("speedup_vs_compile")
+        if seed and best and row["status"] == "ok":
+            gains.append(best / seed)
+        print(f"{key[:57]:<58}{row['status']:<12}{_x(seed):>10}{_x(best):>10}{_x(row.get('speedup')):>10}")
+    if gains:
+        geo = 1.0
+        for g in gains:
+            geo *= g
+        print(
+            f"{len(gains)} of {len(chosen)} evolved and correct; geomean best/seed {geo ** (1 / len(gains)):.2f}x"
+        )
 
 
 def latest_rows(out: Path) -> dict[str, dict[str, Any]]:
@@ -249,7 +334,18 @@ def main(argv: list[str] | None = None) -> int:
     p_run.add_argument("--parallel", type=int, default=8)
     p_run.add_argument("--device", default="cuda")
     p_run.add_argument("--deadline-s", type=float, default=540.0)
+    p_evolve = sub.add_parser("evolve", help="evolve a subset of what run evaluated, from its seeds")
+    p_evolve.add_argument("--kernelbench", type=Path, required=True, help="a KernelBench checkout")
+    p_evolve.add_argument("--from", dest="source", type=Path, required=True, help="run's --out")
+    p_evolve.add_argument("--out", type=Path, required=True)
+    p_evolve.add_argument("--count", type=int, default=20)
+    p_evolve.add_argument("--budget", type=int, default=16)
+    p_evolve.add_argument("--parallel", type=int, default=8)
+    p_evolve.add_argument("--device", default="cuda")
+    p_evolve.add_argument("--deadline-s", type=float, default=540.0)
     args = parser.parse_args(argv)
+    if args.command == "evolve":
+        return evolve(args)
     if args.command == "run":
         if args.kernelbench is None:
             parser.error("run needs --kernelbench")

@@ -71,7 +71,7 @@ from ksmith_triton.roofline import (
     roofline_fraction,
 )
 from ksmith_triton.sandbox import Child, ChildExit, private_dir, remove_tree
-from ksmith_triton.timing import FRESH_SHARE, Schedule
+from ksmith_triton.timing import FRESH_SHARE, TIMED_BUDGET_MS, Schedule
 
 log = logging.getLogger(__name__)
 
@@ -294,7 +294,7 @@ def forged_call_reports(
             f"{indices[:5]}..., {count!r} calls announced)"
         )
     if trials is not None:
-        low, high = Schedule.bounds(trials)
+        low, high = allowed_calls(calls, trials)
         if not low <= count <= high:
             return f"FORGED_REPORT: {count} timed calls where the schedule allows {low} to {high}"
     for call in calls:
@@ -310,6 +310,20 @@ def forged_call_reports(
     if not any("outputs" in c for c in calls):
         return "FORGED_REPORT: no timed call's whole outputs were kept for the full check"
     return ""
+
+
+def allowed_calls(calls: list[dict[str, Any]], trials: int) -> tuple[int, int]:
+    """The fewest and most timed calls the schedule allows for ``trials`` asked. Slow calls may be fewer
+    (``Schedule.fitted``); the harness fits them to the warm-up's wall time per call, which the reports do
+    not carry, so here a call is taken to last twice its reported GPU + launch time (a looser floor)."""
+    walls = sorted(
+        c["gpu_ms"] + c["host_ms"]
+        for c in calls
+        if isinstance(c, dict) and all(isinstance(c.get(k), (int, float)) for k in ("gpu_ms", "host_ms"))
+    )
+    per_call = 2.0 * walls[len(walls) // 2] if walls else 0.0
+    low = Schedule.bounds(Schedule.fitted(trials, per_call, TIMED_BUDGET_MS))[0]
+    return low, Schedule.bounds(trials)[1]
 
 
 def _malformed(call: dict[str, Any], sets: int) -> str:

@@ -393,7 +393,7 @@ def reference_timing(problem: types.ModuleType, device: str, command: dict[str, 
     eager, ...): the medians of the blocks show how steady each reference is (their spread)."""
     import torch
 
-    from ksmith_triton.timing import reference_timers, time_calls
+    from ksmith_triton.timing import MIN_TIMED_CALLS, TIMED_BUDGET_MS, reference_timers, time_calls
 
     token = str(command["token"])
     if token not in _prepared_timing:
@@ -402,6 +402,9 @@ def reference_timing(problem: types.ModuleType, device: str, command: dict[str, 
     timers = reference_timers(device)
     trials, warmup = int(command["trials"]), int(command["warmup"])
     per_block = max(3, -(-trials // 2))
+    # Slow references: each block about a third of the candidate's timing budget, so each reference as a whole
+    # gets about what the candidate gets, and at least as many calls.
+    block_ms, least = TIMED_BUDGET_MS / REFERENCE_BLOCKS, -(-MIN_TIMED_CALLS // REFERENCE_BLOCKS)
     result: dict[str, Any] = {
         "eager_ms": [],
         "eager_blocks": [],
@@ -419,7 +422,16 @@ def reference_timing(problem: types.ModuleType, device: str, command: dict[str, 
         for name, fn in list(variants):
             try:
                 with torch.no_grad():
-                    timed = time_calls(device, fn, prepared["inputs"], timers, per_block, max(warmup, 3))
+                    timed = time_calls(
+                        device,
+                        fn,
+                        prepared["inputs"],
+                        timers,
+                        per_block,
+                        max(warmup, 3),
+                        budget_ms=block_ms,
+                        least=least,
+                    )
             except Exception as exc:  # noqa: BLE001 - a compiled reference that fails is a missing number
                 if name != "compile":
                     raise

@@ -33,6 +33,13 @@ from typing import Any
 L2_FLUSH_MIN_BYTES = 256 * 2**20
 PREQUEUE_MIN_MS = 0.05  # GPU spin before each timed call, at least (covers a fast launch)
 PREQUEUE_MAX_MS = 10.0  # and at most: a call whose launch takes longer than this is host-bound anyway
+# A slow function gets fewer timed calls: about this much GPU time of them, never fewer than MIN_TIMED_CALLS
+# (calls of over 30 ms; up to that the asked number is kept). A call that long varies by well under 1 %
+# (KernelBench's convolutions at 50-700 ms: spreads of 1e-6 to 1e-3), so a hundred of them buy nothing but
+# minutes of a locked GPU. Warm-up stops early, after two calls, once it has taken WARMUP_BUDGET_MS.
+TIMED_BUDGET_MS = 3000.0
+MIN_TIMED_CALLS = 20
+WARMUP_BUDGET_MS = 1000.0
 
 # (timed call index, input set, outputs, is it the last?, GPU ms, host ms); the input set is -1 for fresh
 # inputs, whose seed is then the last entry of ``TimedCalls.input_seeds``.
@@ -51,6 +58,7 @@ class Schedule:
 
     def __init__(self, urandom: Callable[[int], bytes], trials: int, warmup: int) -> None:
         self.urandom = urandom
+        self.asked = trials
         self.trials = self.bounds(trials)
         self.warmup = (max(1, warmup // 2), max(1, warmup + warmup // 2))
 
@@ -58,6 +66,18 @@ class Schedule:
     def bounds(trials: int) -> tuple[int, int]:
         """The fewest and most timed calls for ``trials`` asked: 0.8 and 1.2 times."""
         return max(1, round(0.8 * trials)), max(1, round(1.2 * trials))
+
+    @staticmethod
+    def fitted(trials: int, per_call_ms: float, budget_ms: float, least: int = MIN_TIMED_CALLS) -> int:
+        """``trials``, or fewer (never under ``least``) when that many calls of ``per_call_ms`` would take
+        longer than ``budget_ms``."""
+        if per_call_ms <= 0 or trials * per_call_ms <= budget_ms:
+            return trials
+        return min(trials, max(least, int(budget_ms / per_call_ms)))
+
+    def fit(self, per_call_ms: float, budget_ms: float, least: int = MIN_TIMED_CALLS) -> None:
+        """Before the first timed call: the timed calls' range for calls of about ``per_call_ms``."""
+        self.trials = self.bounds(self.fitted(self.asked, per_call_ms, budget_ms, least))
 
     def below(self, n: int) -> int:
         """A uniform integer in ``[0, n)`` (the 64-bit draw makes the modulo bias negligible)."""
@@ -161,6 +181,13 @@ def _inputs_for(
     return chosen, seed, inputs
 
 
+def steady_ms(wall_ms: list[float]) -> float:
+    """A warm-up's time per call: the median wall time, the first call (an autotuner's benchmarks, a
+    compilation) left out when there are others."""
+    steady = sorted(wall_ms[1:] if len(wall_ms) > 1 else wall_ms)
+    return steady[len(steady) // 2] if steady else 0.0
+
+
 def time_gpu(
     fn: Callable[..., Any],
     input_sets: list[list[Any]],
@@ -168,6 +195,8 @@ def time_gpu(
     schedule: Schedule,
     after_call: AfterCall | None = None,
     fresh_inputs: FreshInputs | None = None,
+    budget_ms: float = TIMED_BUDGET_MS,
+    least: int = MIN_TIMED_CALLS,
 ) -> TimedCalls:
     record, elapsed, sync = timers["record"], timers["elapsed"], timers["synchronize"]
     stream, perf, event = timers["stream"], timers["perf_counter"], timers["event_class"]
@@ -178,6 +207,7 @@ def time_gpu(
     staging = Staging(input_sets[0], STAGING_COPIES)
     sets = len(input_sets)
     host_warm: list[float] = []
+    wall_warm: list[float] = []
     done = 0
     while True:
         inputs = staging.load(input_sets[schedule.below(sets)])
@@ -186,9 +216,13 @@ def time_gpu(
         fn(*inputs)
         host_warm.append((perf() - begin) * 1e3)
         sync()
+        wall_warm.append((perf() - begin) * 1e3)
         done += 1
+        if done >= 2 and sum(wall_warm) >= WARMUP_BUDGET_MS:
+            break
         if schedule.stop(done, schedule.warmup):
             break
+    schedule.fit(steady_ms(wall_warm), budget_ms, least)
     spin_ms = prequeue_ms(host_warm)
     cycles = int(spin_ms * cycles_per_ms)
     result = TimedCalls(samples_ms=[], warmup=done, prequeue_ms=round(spin_ms, 4))
@@ -277,12 +311,15 @@ def time_calls(
     warmup: int,
     after_call: AfterCall | None = None,
     fresh_inputs: FreshInputs | None = None,
+    budget_ms: float = TIMED_BUDGET_MS,
+    least: int = MIN_TIMED_CALLS,
 ) -> TimedCalls:
-    """Time ``fn`` over ``input_sets`` with a schedule drawn as it goes (about ``trials`` timed calls); with
-    ``fresh_inputs``, a third of the timed calls get inputs made for them alone."""
+    """Time ``fn`` over ``input_sets`` with a schedule drawn as it goes (about ``trials`` timed calls, fewer
+    on the GPU for calls so slow that they would take more than ``budget_ms``: see :meth:`Schedule.fitted`);
+    with ``fresh_inputs``, a third of the timed calls get inputs made for them alone."""
     schedule = Schedule(timers["urandom"], trials, warmup)
     if device == "cuda":
-        return time_gpu(fn, input_sets, timers, schedule, after_call, fresh_inputs)
+        return time_gpu(fn, input_sets, timers, schedule, after_call, fresh_inputs, budget_ms, least)
     return time_cpu(fn, input_sets, timers, schedule, after_call, fresh_inputs)
 
 

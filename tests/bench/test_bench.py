@@ -277,3 +277,33 @@ def test_seed_from_seeds_problems_without_a_kernel_keeps_the_seeds_and_reuses_th
         assert again["summary"]["not_evaluated"] == {"no_seed": 1}
     finally:
         pm.unregister(name="toy-seeder")
+
+
+def test_kernelbench_evolve_subset_takes_the_correct_seeds_furthest_behind_compile_from_each_level():
+    import importlib.util
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "kernelbench_levels.py"
+    spec = importlib.util.spec_from_file_location("kernelbench_levels", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+
+    def row(level, name, status="ok", vs_compile=0.5):
+        return {"path": f"/kb/level{level}/{name}.py", "problem": name, "status": status,
+                "speedup_vs_compile": vs_compile}  # fmt: skip
+
+    rows = {
+        f"level{r['path'].split('level')[1][0]}/{r['problem']}": r
+        for r in (
+            row(1, "1_Matmul", vs_compile=0.8),
+            row(1, "2_Relu", vs_compile=0.3),
+            row(1, "3_conv_standard_2D", vs_compile=0.01),  # a convolution: left out
+            row(1, "4_Softmax", status="incorrect", vs_compile=None),
+            row(1, "5_Sum", vs_compile=0.9),
+            row(2, "1_Gemm_Relu", vs_compile=0.27),
+        )
+    }
+    assert module.choose_subset(rows, 3) == ["level1/2_Relu", "level2/1_Gemm_Relu", "level1/1_Matmul"]
+    assert module.choose_subset(rows, 10) == [
+        "level1/2_Relu", "level2/1_Gemm_Relu", "level1/1_Matmul", "level1/5_Sum"
+    ]  # fmt: skip

@@ -1,5 +1,6 @@
 """The GPU spin before each timed call covers the host's launch; a launch that outlasts it is counted and
 lengthens the spin for the calls after it (``timing.time_gpu``), and too many are flagged in the verdict.
+Slow calls get a shorter warm-up and fewer timed calls (``Schedule.fitted``).
 
 The loop runs here on the CPU with stand-in CUDA timers: a host clock the fake kernel advances by a chosen
 launch time, and a record of the spins asked for."""
@@ -14,7 +15,7 @@ from ksmith_triton import timing
 from ksmith_triton.evaluator import host_delay_flag
 
 
-def run_loop(monkeypatch, launch_ms_of_timed_call):
+def run_loop(monkeypatch, launch_ms_of_timed_call, warmup_ms=0.01):
     clock = {"host_s": 0.0}
     spins: list[int] = []
 
@@ -35,7 +36,7 @@ def run_loop(monkeypatch, launch_ms_of_timed_call):
 
     def kernel(x):
         timed = len(spins) - 1  # the first spin measures the spin rate; each timed call has one before it
-        clock["host_s"] += (launch_ms_of_timed_call(timed - 1) if timed > 0 else 0.01) / 1e3
+        clock["host_s"] += (launch_ms_of_timed_call(timed - 1) if timed > 0 else warmup_ms) / 1e3
         return x
 
     schedule = timing.Schedule(os.urandom, trials=40, warmup=6)
@@ -62,3 +63,35 @@ def test_many_exposed_calls_are_flagged_few_are_not():
     assert host_delay_flag(5, 100) == []
     (flag,) = host_delay_flag(6, 100)
     assert flag.startswith("HOST_DELAYED_TIMING: 6 of 100 timed calls")
+
+
+def test_slow_calls_get_fewer_timed_calls_and_a_shorter_warm_up(monkeypatch):
+    """Calls of 200 ms: warm-up stops once it has taken a second (after at least two calls), and the timed
+    calls are fitted to the budget -- 3 s is 15 calls, so the floor of 20, drawn between 16 and 24."""
+    slow, _ = run_loop(monkeypatch, lambda call: 200.0, warmup_ms=200.0)
+    assert slow.warmup <= 5  # 5 x 200 ms reach WARMUP_BUDGET_MS; the schedule alone allows up to 9
+    assert 16 <= len(slow.samples_ms) <= 24
+    fast, _ = run_loop(monkeypatch, lambda call: 0.01)
+    assert 32 <= len(fast.samples_ms) <= 48  # 40 asked, untouched
+
+
+def test_fitted_keeps_what_fits_and_never_goes_below_the_floor():
+    fitted = timing.Schedule.fitted
+    assert fitted(100, 1.0, 3000.0) == 100
+    assert fitted(100, 30.0, 3000.0) == 100  # exactly the budget
+    assert fitted(100, 50.0, 3000.0) == 60
+    assert fitted(100, 700.0, 3000.0) == timing.MIN_TIMED_CALLS
+    assert fitted(10, 700.0, 3000.0) == 10  # never more than asked
+    assert fitted(100, 700.0, 1000.0, least=7) == 7
+
+
+def test_the_driver_accepts_fewer_calls_only_when_they_are_slow():
+    from ksmith_triton.evaluator import allowed_calls
+
+    def calls(n, gpu_ms):
+        return [{"gpu_ms": gpu_ms, "host_ms": 0.1} for _ in range(n)]
+
+    assert allowed_calls(calls(100, 1.0), 100) == (80, 120)
+    low, high = allowed_calls(calls(20, 300.0), 100)
+    assert low <= 16 and high == 120  # 20 calls of 300 ms: the harness's floor, and the driver lets it pass
+    assert allowed_calls(calls(20, 1.0), 100)[0] == 80  # fast calls cut short are not the harness's
