@@ -317,6 +317,7 @@ class Bench:
             start = load_candidate(cand_path) if cand_path else None
         except KsmithError as exc:
             return _failed_row(path, "load_failed", str(exc), problem), True
+        clock = time.monotonic()
         if start is None and self.seed_from:
             try:
                 start = self._seed(problem)
@@ -325,17 +326,24 @@ class Bench:
         key = (problem.sha, start.id if start else None)
         if key in finished and finished[key].get("mode") == ("evolve" if self.evolve else "eval"):
             return finished[key], False
-        extra = {"start_candidate_id": start.id if start else None}
+        # Where a bench's time goes: seeding (0 when the seed was stored), then the evaluation's own phases.
+        extra = {
+            "start_candidate_id": start.id if start else None,
+            "seed_s": round(time.monotonic() - clock, 1),
+        }
         if start is None:
             return _row(problem, None, None, "eval", extra), True
         try:
             if not self.evolve:
+                clock = time.monotonic()
                 (verdict,) = evaluate_all(
                     [EvalJob(problem, start, self.config.eval)],
                     1,
                     self.config.executor,
                     self.config.executor_options,
                 )
+                extra["eval_s"] = round(time.monotonic() - clock, 1)
+                extra["phases"] = dict(verdict.phases or {})
                 return _row(problem, start, verdict, "eval", extra), True
             return self._evolve_one(problem, start, extra), True
         except ProblemError as exc:
