@@ -343,7 +343,8 @@ class Bench:
                     self.config.executor_options,
                 )
                 extra["eval_s"] = round(time.monotonic() - clock, 1)
-                extra["phases"] = dict(verdict.phases or {})
+                waited = (verdict.details.get("memory") or {}).get("waited_s")
+                extra["phases"] = {**(verdict.phases or {}), "waiting_for_memory": waited}
                 return _row(problem, start, verdict, "eval", extra), True
             return self._evolve_one(problem, start, extra), True
         except ProblemError as exc:

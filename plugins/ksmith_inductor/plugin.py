@@ -6,6 +6,7 @@ process: the driver itself never imports a problem.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -43,12 +44,15 @@ def seed_from_inductor(problem, options):
 
 
 def _seed(problem, device: str, size: str) -> Proposal:
+    from ksmith_triton.evaluator import serial_inductor_env
+
     try:
         proc = subprocess.run(
             [sys.executable, "-m", "ksmith_inductor.seeding", str(problem.path), device, size],
             capture_output=True,
             text=True,
             timeout=SEED_TIMEOUT_S,
+            env={**os.environ, **serial_inductor_env()},
         )
     except subprocess.TimeoutExpired:
         raise InductorSeedError(f"Inductor took more than {SEED_TIMEOUT_S} s for {problem.name}") from None

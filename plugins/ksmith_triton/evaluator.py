@@ -236,8 +236,20 @@ def close_reference_workers() -> None:
 
 def child_env(device: str, gpu: str | None) -> dict[str, str]:
     if device == "cuda":
-        return {"CUDA_VISIBLE_DEVICES": gpu or "0", LOCK_DIR_ENV: str(lock_dir())}
+        return {"CUDA_VISIBLE_DEVICES": gpu or "0", LOCK_DIR_ENV: str(lock_dir()), **serial_inductor_env()}
     return {"CUDA_VISIBLE_DEVICES": "", "TRITON_INTERPRET": "1"}
+
+
+def serial_inductor_env() -> dict[str, str]:
+    """Inductor compiling in its own process, one kernel after another, unless the user chose otherwise.
+
+    Left alone, every process that calls torch.compile (a reference worker, an Inductor seed) starts a pool of
+    as many compile workers as the machine has cores, each importing torch. Eight evaluations at once on a
+    16-core machine then start over a hundred of them, for graphs of a few kernels each: on the H100 an Inductor
+    seed of a cumsum took 40-170 s that way. The generated code and its autotuning are the same either way."""
+    if "TORCHINDUCTOR_COMPILE_THREADS" in os.environ:
+        return {}
+    return {"TORCHINDUCTOR_COMPILE_THREADS": "1"}
 
 
 # ---------------------------------------------------------------------------------------------------------------

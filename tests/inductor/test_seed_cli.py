@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 
 import pytest
@@ -97,3 +98,19 @@ def test_a_gpu_seed_that_runs_out_of_memory_beside_others_is_retried_alone(monke
     monkeypatch.setattr(plugin, "_seed", always_out_of_memory)
     with pytest.raises(InductorSeedError, match="out of memory"):  # met alone: the out-of-memory stands
         plugin.seed_from_inductor(object(), {"device": "cuda", "small": False})
+
+
+def test_the_seeding_process_compiles_without_a_pool_of_compile_workers(monkeypatch, tmp_path):
+    from ksmith_inductor import plugin
+
+    seen = {}
+
+    def fake_run(cmd, **kwargs):
+        seen.update(kwargs["env"])
+        return subprocess.CompletedProcess(cmd, 0, stdout="class ModelNew: pass\n", stderr="")
+
+    monkeypatch.delenv("TORCHINDUCTOR_COMPILE_THREADS", raising=False)
+    monkeypatch.setattr(plugin.subprocess, "run", fake_run)
+    problem = type("P", (), {"path": tmp_path / "p.py", "name": "p"})()
+    assert plugin._seed(problem, "cuda", "full").proposer == "inductor"
+    assert seen["TORCHINDUCTOR_COMPILE_THREADS"] == "1" and seen["PATH"] == os.environ["PATH"]

@@ -217,6 +217,17 @@ def test_workers_lock_the_same_files_as_their_driver(monkeypatch, tmp_path):
         assert hold._held is None
 
 
+def test_gpu_workers_compile_with_inductor_in_their_own_process_unless_the_user_chose(monkeypatch):
+    from ksmith_triton.evaluator import child_env
+
+    monkeypatch.delenv("TORCHINDUCTOR_COMPILE_THREADS", raising=False)
+    assert child_env("cuda", "0")["TORCHINDUCTOR_COMPILE_THREADS"] == "1"
+    monkeypatch.setenv("TORCHINDUCTOR_COMPILE_THREADS", "8")
+    assert "TORCHINDUCTOR_COMPILE_THREADS" not in child_env(
+        "cuda", "0"
+    )  # the user's own setting goes through
+
+
 def test_spares_start_from_the_second_evaluation_and_serve_one_candidate_each(monkeypatch):
     monkeypatch.delenv("KSMITH_WARM_WORKERS", raising=False)
     monkeypatch.setattr("os.cpu_count", lambda: 4)  # room for two spares on the CPU
