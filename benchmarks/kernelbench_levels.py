@@ -102,6 +102,12 @@ def bench_until(cmd: list[str], out: Path, deadline_s: float) -> None:
     print(f"bench {'stopped at the deadline' if rc is None else f'exited with {rc}'} after {wall:.0f} s")
 
 
+SUBSET_RULE = (
+    "per level in turn, the ok rows that are not convolutions, lowest speedup vs torch.compile first (ties by "
+    "name), as evenly over the levels as they go"
+)
+
+
 def choose_subset(rows: dict[str, dict[str, Any]], count: int) -> list[str]:
     """``count`` problems (``levelN/NAME`` keys) to evolve: in each level in turn, the ``ok`` rows that are
     not convolutions, furthest behind torch.compile first (ties by name), as evenly over the levels as they
@@ -128,7 +134,7 @@ def evolve(args: argparse.Namespace) -> int:
         chosen = json.loads(subset_file.read_text())["problems"]
     else:
         chosen = choose_subset(latest_rows(args.source), args.count)
-        subset_file.write_text(json.dumps({"rule": choose_subset.__doc__.split(":")[0], "problems": chosen}))
+        subset_file.write_text(json.dumps({"rule": SUBSET_RULE, "problems": chosen}, indent=1))
     seeds = args.out / "seeds"
     seeds.mkdir(exist_ok=True)
     for key in chosen:
