@@ -18,8 +18,8 @@ deadline are. ``table`` reads ``OUT/results.jsonl`` and prints, per level and fo
 
 ``evolve`` takes a subset of what ``run`` evaluated (:func:`choose_subset`: per level, the correct
 non-convolution seeds furthest behind torch.compile, where an evolution has the most to find) and runs
-``ksmith bench --evolve --budget B`` over it, each problem starting from the seed ``run`` stored, with the same
-deadline and resume; it prints seed and best against torch.compile, problem by problem.
+``ksmith bench --evolve --budget B`` over it (in that order), each problem starting from the seed ``run``
+stored, with the same deadline and resume; it prints seed and best against torch.compile, problem by problem.
 
     python benchmarks/kernelbench_levels.py run --kernelbench ~/KernelBench --levels 1 2 --out kb --deadline-s 540
     python benchmarks/kernelbench_levels.py table --out kb [--json kb/table.json] [--rows kb/rows.jsonl]
@@ -148,9 +148,13 @@ def evolve(args: argparse.Namespace) -> int:
         for stored in (args.source / "seeds").glob(f"{name}.seed.*"):  # the seed run stored, reused as it is
             if not (seeds / stored.name).exists():
                 shutil.copyfile(stored, seeds / stored.name)
-    dirs = sorted(str(d) for d in (args.out / "problems").iterdir())
+    # The files in the subset's order (levels alternating), so a run cut short by its deadline has covered
+    # both levels alike.
+    files = [
+        str(args.out / "problems" / key.split("/", 1)[0] / f"{key.split('/', 1)[1]}.py") for key in chosen
+    ]
     cmd = [
-        sys.executable, "-c", "from ksmith_core.cli import main; main()", "bench", *dirs, "--evolve",
+        sys.executable, "-c", "from ksmith_core.cli import main; main()", "bench", *files, "--evolve",
         "--seed-from", "inductor", "--budget", str(args.budget), "--device", args.device,
         "--parallel", str(args.parallel), "-o", str(args.out), "--json",
     ]  # fmt: skip

@@ -307,3 +307,40 @@ def test_kernelbench_evolve_subset_takes_the_correct_seeds_furthest_behind_compi
     assert module.choose_subset(rows, 10) == [
         "level1/2_Relu", "level2/1_Gemm_Relu", "level1/1_Matmul", "level1/5_Sum"
     ]  # fmt: skip
+
+
+def test_kernelbench_evolve_copies_the_subset_and_its_seeds_and_benches_them_in_order(tmp_path, monkeypatch):
+    import argparse
+    import importlib.util
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "kernelbench_levels.py"
+    spec = importlib.util.spec_from_file_location("kernelbench_levels", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+
+    kb, source, out = tmp_path / "kb", tmp_path / "run", tmp_path / "evolve"
+    (source / "seeds").mkdir(parents=True)
+    rows = []
+    for level, name, vs in ((1, "1_Matmul", 0.8), (1, "2_Relu", 0.3), (2, "1_Gemm", 0.27)):
+        (kb / f"level{level}").mkdir(parents=True, exist_ok=True)
+        (kb / f"level{level}" / f"{name}.py").write_text(f"# {name}\n")
+        (source / "seeds" / f"{name}.seed.py").write_text(f"# seed of {name}\n")
+        rows.append({"path": f"/x/level{level}/{name}.py", "problem": name, "status": "ok",
+                     "speedup_vs_compile": vs})  # fmt: skip
+    (source / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    ran = []
+    monkeypatch.setattr(module, "bench_until", lambda cmd, out_dir, deadline: ran.append(cmd))
+    args = argparse.Namespace(kernelbench=kb, source=source, out=out, count=2, budget=16, parallel=8,
+                              device="cuda", deadline_s=10.0)  # fmt: skip
+    assert module.evolve(args) == 0
+    (cmd,) = ran
+    files = [a for a in cmd if a.endswith(".py")]
+    assert files == [
+        str(out / "problems" / "level1" / "2_Relu.py"),
+        str(out / "problems" / "level2" / "1_Gemm.py"),
+    ]
+    assert (out / "seeds" / "2_Relu.seed.py").read_text() == "# seed of 2_Relu\n"
+    assert not (out / "seeds" / "1_Matmul.seed.py").exists()
+    assert json.loads((out / "subset.json").read_text())["problems"] == ["level1/2_Relu", "level2/1_Gemm"]
+    assert cmd[cmd.index("--budget") + 1] == "16" and "--evolve" in cmd
