@@ -16,7 +16,11 @@ extents come from the load's mask, the block shape from the offsets' ``tl.arange
 stride to be 1; which stride that is depends on the tensor passed at run time (a ``Linear`` weight is read
 transposed), so the launch passes ``<stride> == 1`` as a constexpr flag per operand and the kernel builds the
 descriptor over the operand's real layout, transposing the loaded tile when it is column-major. Descriptors
-made on the device need scratch memory: the module sets Triton's allocator once.
+made on the device need scratch memory: the module sets Triton's allocator once. A descriptor also needs a
+16-byte aligned base and strides that are multiples of 16 bytes; the launch checks the operands
+(``_tma_aligned``) and passes the answer as ``USE_TMA``: where it is false the kernel runs its original
+pointer loop, kept beside the descriptor loop (an fp32 matrix 2949 wide read through a descriptor gave wrong
+results on the H100: KernelBench's 8_Matmul_with_irregular_shapes_).
 
 Anything that does not match the idiom exactly (no mask to read the extents from, a loop that does not start at
 0 or steps by something else, a pointer advanced along an axis its offsets do not name) is left alone.
@@ -47,6 +51,18 @@ def _tma_scratch(size, alignment, stream):
 
 triton.set_allocator(_tma_scratch)
 """
+
+ALIGNED_SOURCE = """
+
+def _tma_aligned(*tensors):
+    # A tensor descriptor needs a 16-byte aligned base and every stride but the unit one a multiple of 16
+    # bytes; otherwise the kernel keeps its pointer loads (an fp32 matrix 2949 wide is not).
+    return all(
+        t.data_ptr() % 16 == 0 and all(s * t.element_size() % 16 == 0 for s in t.stride() if s != 1)
+        for t in tensors
+    )
+"""
+TMA_FLAG = "USE_TMA"  # the constexpr the launch sets to ``_tma_aligned(operands...)``
 
 
 @dataclass(frozen=True)
@@ -368,18 +384,32 @@ def _rewrite_kernel(kernel: KernelDef, loop: cst.For, operands: list[_Operand]) 
                 continue
         body.append(statement)
     new_loop = loop.with_changes(body=loop.body.with_changes(body=body))
-    statements: list[cst.BaseStatement] = []
-    for statement in kernel.node.body.body:
-        if statement is loop:
-            for op in operands:
-                statements.extend(_descriptor_statements(op))
-            statements.append(new_loop)
-        else:
-            statements.append(statement)
+    # Descriptors where the operands' layout allows them, the original pointer loop where it does not.
+    tma = [stmt for op in operands for stmt in _descriptor_statements(op)] + [new_loop]
+    branch = cst.parse_module(f"if {TMA_FLAG}:\n    pass\nelse:\n    pass\n").body[0]
+    assert isinstance(branch, cst.If) and isinstance(branch.orelse, cst.Else)
+    branch = branch.with_changes(
+        body=branch.body.with_changes(body=tma),
+        orelse=branch.orelse.with_changes(body=branch.orelse.body.with_changes(body=[loop])),
+        leading_lines=loop.leading_lines,
+    )
+    statements = [branch if statement is loop else statement for statement in kernel.node.body.body]
     return kernel.node.with_changes(
-        params=with_constexpr_params(kernel.node, [op.flag for op in operands]),
+        params=with_constexpr_params(kernel.node, [*(op.flag for op in operands), TMA_FLAG]),
         body=kernel.node.body.with_changes(body=statements),
     )
+
+
+def _pointer_param(op: _Operand, kernel: KernelDef) -> str | None:
+    """The kernel parameter the operand's base pointer starts from (``a_ptr`` in ``a_ptr + batch * s``)."""
+    names: list[str] = []
+
+    class Names(cst.CSTVisitor):
+        def visit_Name(self, node: cst.Name) -> None:
+            names.append(node.value)
+
+    op.base.visit(Names())
+    return next((n for n in names if n in kernel.params), None)
 
 
 def with_constexpr_params(kernel: cst.FunctionDef, names: list[str]) -> cst.Parameters:
@@ -416,8 +446,11 @@ def tma_change(model: SourceModel) -> Iterator[tuple[str, list[tuple[cst.CSTNode
     from ksmith_mutate.edits import with_keyword
 
     needs_allocator = "set_allocator" not in model.module.code
+    needs_aligned = "def _tma_aligned" not in model.module.code
     for kernel in model.kernels.values():
-        if not kernel.uses_dot or kernel.autotuned or any(p.endswith("_ROW_MAJOR") for p in kernel.params):
+        if not kernel.uses_dot or kernel.autotuned or TMA_FLAG in kernel.params:
+            continue
+        if any(p.endswith("_ROW_MAJOR") for p in kernel.params):
             continue
         matched = _operands(kernel)
         if matched is None:
@@ -430,22 +463,30 @@ def tma_change(model: SourceModel) -> Iterator[tuple[str, list[tuple[cst.CSTNode
         usable = True
         for site in sites:
             call = site.call
+            tensors: list[cst.BaseExpression] = []
             for op in operands:
                 stride = _launch_argument(site, kernel, op.col_stride)
-                if stride is None:
+                pointer = _pointer_param(op, kernel)
+                tensor = _launch_argument(site, kernel, pointer) if pointer else None
+                if stride is None or tensor is None:
                     usable = False
                     break
+                tensors.append(tensor)
                 flag = cst.Comparison(stride, [cst.ComparisonTarget(cst.Equal(), cst.Integer("1"))])
                 call = with_keyword(call, op.flag, flag)
-            pairs.append((site.call, call))
+            if not usable:
+                break
+            aligned = cst.Call(cst.Name("_tma_aligned"), [cst.Arg(t) for t in tensors])
+            pairs.append((site.call, with_keyword(call, TMA_FLAG, aligned)))
         if not usable:
             continue
         new_kernel: cst.CSTNode = _rewrite_kernel(kernel, loop, operands)
-        if needs_allocator:
-            allocator = list(cst.parse_module(ALLOCATOR_SOURCE).body)
-            allocator[0] = allocator[0].with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
-            new_kernel = cst.FlattenSentinel([*allocator, new_kernel])
-            needs_allocator = False
+        helpers = (ALLOCATOR_SOURCE if needs_allocator else "") + (ALIGNED_SOURCE if needs_aligned else "")
+        if helpers:
+            added = list(cst.parse_module(helpers).body)
+            added[0] = added[0].with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
+            new_kernel = cst.FlattenSentinel([*added, new_kernel])
+            needs_allocator = needs_aligned = False
         pairs.append((kernel.node, new_kernel))
         names = ", ".join(op.pointer for op in operands)
         yield f"TMA tensor descriptors for {names} in {kernel.name}", pairs

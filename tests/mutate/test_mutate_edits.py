@@ -265,8 +265,13 @@ def test_tma_loads_reads_operands_through_descriptors_in_their_real_layout():
     assert "b = tl.trans(b_desc.load([pid_n * BLOCK_N, k * BLOCK_K]))" in new
     launch = changed_lines(source, new)[1]
     assert "A_ROW_MAJOR=x.stride(1) == 1," in launch and "B_ROW_MAJOR=w.stride(0) == 1," in launch
-    # The pointers are no longer advanced; device-side descriptors get their scratch allocator once.
-    assert "a_ptrs += BLOCK_K" not in new and new.count("triton.set_allocator(") == 1
+    # Device-side descriptors get their scratch allocator once. Where the operands' layout cannot be read by
+    # a descriptor, the original pointer loop runs: the launch checks and says which (USE_TMA).
+    assert new.count("triton.set_allocator(") == 1 and new.count("def _tma_aligned(") == 1
+    assert "USE_TMA=_tma_aligned(x, w)," in launch
+    tma_branch, pointer_branch = new.split("    if USE_TMA:\n", 1)[1].split("\n    else:\n", 1)
+    assert "a_desc.load(" in tma_branch and "a_ptrs += BLOCK_K" not in tma_branch
+    assert "a_ptrs += BLOCK_K" in pointer_branch and "tl.load(a_ptrs" in pointer_branch
     # Applied once: the rewritten kernel offers no second rewrite.
     assert not possible_edits(new, ("tma_loads",))
     # The same rewrite is offered at Inductor's large eight-warp tiles, where loading by descriptor pays.
@@ -359,3 +364,46 @@ def test_no_tile_edit_grows_past_shared_memory():
     described = [e.description for e in possible_edits(big, ("dot_tile",))]
     assert "BLOCK_N 128 -> 256 in _matmul_bias_relu_kernel launch" not in described
     assert any(d.startswith("BLOCK_N 128 -> 64") for d in described)
+
+
+def test_tma_loads_keep_pointer_loads_for_operands_a_descriptor_cannot_read():
+    """A descriptor needs a 16-byte aligned base and 16-byte multiple strides: an fp32 matrix 2949 wide read
+    through one gave wrong results on the H100 (KernelBench's 8_Matmul_with_irregular_shapes_)."""
+    import torch
+
+    from ksmith_mutate.tma import ALIGNED_SOURCE
+
+    space: dict = {}
+    exec(ALIGNED_SOURCE, space)
+    aligned = space["_tma_aligned"]
+    assert aligned(torch.zeros(64, 64), torch.zeros(64, 128).t())  # a Linear weight read transposed
+    assert not aligned(torch.zeros(8, 2949), torch.zeros(2949, 64))  # a row of 11796 bytes
+    assert aligned(torch.zeros(8, 2952, dtype=torch.float16))  # 5904 bytes: a multiple of 16
+    assert not aligned(torch.zeros(65)[1:].view(8, 8))  # a base 4 bytes past an aligned one
+
+
+def test_tma_loads_on_an_operand_no_descriptor_can_read_runs_the_pointer_loop_and_is_right():
+    """The edited kernel, run by Triton's interpreter on a Linear whose K (37 fp32) makes rows of 148 bytes."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = """
+import sys, types
+import torch
+from ksmith_mutate.edits import possible_edits
+source = open(sys.argv[1]).read()
+edit = possible_edits(source, ("tma_loads",))[0]
+module = types.ModuleType("candidate")
+exec(compile(edit.source, "candidate.py", "exec"), module.__dict__)
+torch.manual_seed(0)
+model, x = module.ModelNew(37, 24), torch.randn(20, 37)
+want = torch.relu(torch.nn.functional.linear(x, model.linear.weight, model.linear.bias))
+assert not module._tma_aligned(x, model.linear.weight)
+torch.testing.assert_close(model(x), want, atol=1e-4, rtol=1e-4)
+"""
+    seed = Path(__file__).parent / "kernels" / "matmul_bias_relu.seed.py"
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    done = subprocess.run([sys.executable, "-c", script, str(seed)], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
