@@ -1242,19 +1242,11 @@ class Evaluation:
                     "token": secrets.token_hex(8),
                 }
                 # torch.compile runs here (seconds, once per problem and GPU). Its first call autotunes:
-                # Inductor benchmarks its kernels' configurations on the GPU and keeps the fastest, alone on
-                # the GPU -- benchmarked beside other evaluations' work, the pick varied from one run to the
-                # next (a reduction's torch.compile time moved by 39 %, docs/evaluation.md). On a GPU the
-                # reference process takes the lock itself, exclusive only around those benchmarks, so the
-                # seconds of compiling leave the GPU to other evaluations; on the CPU the driver holds it.
-                if self.device == "cuda":
-                    prepared = worker.request(
-                        "prepare_time", REFERENCE_TIMEOUT_S + lock_wait_s(), **request, lock_itself=True
-                    )
-                else:
-                    with exclusive_gpu_lock(self.device, self.gpu):
-                        prepared = worker.request("prepare_time", **request)
-                self.saw_peak("reference", prepared)
+                # Inductor benchmarks its kernels' configurations on the GPU and keeps the fastest, so it holds
+                # the lock exclusively -- benchmarked beside other evaluations' work, the pick varied from one
+                # run to the next (a reduction's torch.compile time moved by 39 %, docs/evaluation.md).
+                with exclusive_gpu_lock(self.device, self.gpu):
+                    self.saw_peak("reference", worker.request("prepare_time", **request))
                 with exclusive_gpu_lock(self.device, self.gpu):
                     found = worker.request("time", **request)
                 self.saw_peak("reference", found)

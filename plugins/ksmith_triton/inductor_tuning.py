@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import statistics
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 ROUNDS = 3
@@ -120,16 +120,10 @@ def _interleaved_rounds(tuner: Any, picks: list[dict[str, Any]], rounds: int, ar
 
 
 @contextlib.contextmanager
-def steady_autotuning(
-    rounds: int = ROUNDS,
-    calls: int = CALLS_PER_ROUND,
-    alone: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext,
-) -> Iterator[dict[str, Any]]:
+def steady_autotuning(rounds: int = ROUNDS, calls: int = CALLS_PER_ROUND) -> Iterator[dict[str, Any]]:
     """Within: Inductor's runtime autotuner measures with ksmith's loop in interleaved rounds. Yields the record
     ``{"available": bool, "picks": [...], "errors": [...]}``, filled as kernels are tuned; a kernel whose
-    measurement failed is left to Inductor's own pick and the error recorded. Each kernel's measurements run
-    inside ``alone()`` (the reference process holds its GPU exclusively there, and only there: compilation
-    around them leaves the GPU to others)."""
+    measurement failed is left to Inductor's own pick and the error recorded."""
     record: dict[str, Any] = {"available": False, "picks": [], "errors": []}
     try:
         from torch._inductor.runtime import triton_heuristics as heuristics
@@ -143,14 +137,13 @@ def steady_autotuning(
         return
 
     def benchmark_all_configs(self: Any, *args: Any, **kwargs: Any) -> Any:
-        with alone():
-            if not all(hasattr(self, name) for name in needed) or len(self.launchers) < 2:
-                return original_all(self, *args, **kwargs)
-            try:
-                return _interleaved_rounds(self, record["picks"], rounds, args, kwargs)
-            except Exception as exc:  # noqa: BLE001 - never cost the reference its compile: Inductor's pick then
-                record["errors"].append(f"{type(exc).__name__}: {exc}"[:500])
-                return original_all(self, *args, **kwargs)
+        if not all(hasattr(self, name) for name in needed) or len(self.launchers) < 2:
+            return original_all(self, *args, **kwargs)
+        try:
+            return _interleaved_rounds(self, record["picks"], rounds, args, kwargs)
+        except Exception as exc:  # noqa: BLE001 - never cost the reference its compile: Inductor's pick then
+            record["errors"].append(f"{type(exc).__name__}: {exc}"[:500])
+            return original_all(self, *args, **kwargs)
 
     record["available"] = True
     tuner_class.benchmark_all_configs = benchmark_all_configs

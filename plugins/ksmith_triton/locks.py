@@ -4,16 +4,15 @@ One lock per GPU, taken two ways:
 
 ``exclusive_gpu_lock``
     EXCLUSIVE: held while timing (the candidate's timed loop, the eager / torch.compile references, the GPU's
-    ceilings, torch.compile's autotuning measurements). Nothing else of ksmith's runs on that GPU meanwhile.
+    ceilings). Nothing else of ksmith's runs on that GPU meanwhile.
 
 ``shared_gpu_lock``
     SHARED: held for every other piece of GPU work of an evaluation, so those overlap each other but never a
     timed loop. The driver holds it for the work it asks of a worker (correctness trials, reference outputs,
-    comparisons); a candidate worker holds it itself, through ``WorkerSharedHold``, for what it does on its
-    own (creating its CUDA context when it starts as a spare, generating inputs, the first call of the
-    candidate), so a spare starting up or a candidate compiling never lands inside another's timing. The
-    reference worker holds it itself while it compiles its torch.compile baseline (``WorkerGpuHold``), and
-    turns it exclusive only while Inductor's autotuner measures.
+    comparisons, torch.compile of a reference); a candidate worker holds it itself, through
+    ``WorkerSharedHold``, for what it does on its own (creating its CUDA context when it starts as a spare,
+    generating inputs, the first call of the candidate), so a spare starting up or a candidate compiling never
+    lands inside another's timing.
 
 Across processes the lock is an flock on one file per GPU, with a second file as a turnstile: a timer holds
 the turnstile while it waits, and every shared holder passes through it first, so waiting timers go before
@@ -264,29 +263,3 @@ class WorkerSharedHold:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
-
-
-class WorkerGpuHold(WorkerSharedHold):
-    """A worker's shared hold that it can turn exclusive for a moment (``alone``): the reference process
-    compiling its torch.compile baseline holds the GPU shared while Dynamo and Inductor work on the CPU, and
-    exclusively only while Inductor's autotuner measures configurations on the GPU."""
-
-    def __init__(self, device: str | None) -> None:
-        super().__init__(device)
-        self._device = device
-
-    @contextlib.contextmanager
-    def alone(self) -> Iterator[None]:
-        if self._device != "cuda":
-            yield
-            return
-        # Released first, then taken exclusively: one process's shared hold would keep its own exclusive
-        # request waiting forever (this process's gate, and flock's conversion, are not upgrades).
-        self.release()
-        try:
-            with exclusive_gpu_lock("cuda", os.environ.get("CUDA_VISIBLE_DEVICES") or "0"):
-                yield
-        finally:
-            shared = shared_gpu_lock("cuda", os.environ.get("CUDA_VISIBLE_DEVICES") or "0")
-            shared.__enter__()
-            self._held = shared

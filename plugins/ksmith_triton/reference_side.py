@@ -11,7 +11,6 @@ candidate's outputs arrive as raw bytes or CUDA IPC handles, read by ``compare.p
 
 from __future__ import annotations
 
-import contextlib
 import resource
 import types
 from pathlib import Path
@@ -32,7 +31,6 @@ from ksmith_triton.child_common import (
     tensor_bytes,
 )
 from ksmith_triton.inductor_tuning import steady_autotuning
-from ksmith_triton.locks import WorkerGpuHold
 
 
 def main(argv: list[str]) -> int:
@@ -348,25 +346,12 @@ def prepare_reference_timing(
     problem: types.ModuleType, device: str, command: dict[str, Any]
 ) -> dict[str, Any]:
     """Model, inputs and the torch.compile'd model, called once each: compilation and Inductor's autotuning
-    happen here (autotuning benchmarks on the GPU, so it holds the GPU exclusively: this process does, with
-    ``lock_itself``, else the driver for the whole request); ``time`` then measures what was prepared."""
-    while len(_prepared_timing) >= 4:  # prepared by requests that never came back to time it
-        _prepared_timing.pop(next(iter(_prepared_timing)))
-    # With ``lock_itself`` the driver holds no lock for this request: this process holds the GPU shared, and
-    # exclusively only while torch.compile's autotuner measures (compilation is seconds of CPU per problem,
-    # which under an exclusive lock held every other evaluation's GPU work still).
-    hold = WorkerGpuHold(device if command.get("lock_itself") else None)
-    try:
-        return _prepare_reference_timing(problem, device, command, hold)
-    finally:
-        hold.release()
-
-
-def _prepare_reference_timing(
-    problem: types.ModuleType, device: str, command: dict[str, Any], hold: WorkerGpuHold
-) -> dict[str, Any]:
+    happen here (the driver holds the GPU exclusively: autotuning benchmarks on it); ``time`` then measures
+    what was prepared."""
     import torch
 
+    while len(_prepared_timing) >= 4:  # prepared by requests that never came back to time it
+        _prepared_timing.pop(next(iter(_prepared_timing)))
     model = make_model(problem.Model, problem, command["init_seed"], device)
     # As many of the input sets as fit in a quarter of the free memory beside the first (at least one): three
     # sets of a problem's 8 GiB inputs ran the GPU out of memory beside the candidate's process.
@@ -382,14 +367,10 @@ def _prepare_reference_timing(
         model(*input_sets[0])
         if command.get("compile"):
             # The first call autotunes; measured by ksmith's loop, the pick does not vary between machines.
-            with steady_autotuning(alone=hold.alone) as autotune:
-                # Without the patched autotuner (a torch without its internals), Inductor's own measurements
-                # happen somewhere inside the first call: all of it alone, then.
-                first_call = contextlib.nullcontext() if autotune["available"] else hold.alone()
+            with steady_autotuning() as autotune:
                 try:
                     compiled = torch.compile(model)
-                    with first_call:
-                        compiled(*input_sets[0])
+                    compiled(*input_sets[0])
                 except Exception as exc:  # noqa: BLE001 - no compile baseline is a missing number, not a failure
                     compiled, compile_error = None, format_error(exc)[-1500:]
     if device == "cuda":

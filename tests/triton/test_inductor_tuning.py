@@ -132,21 +132,3 @@ def test_gpu_reference_autotune_pick_is_recorded_in_the_verdict(reference_cache)
         medians = kernel["medians_ms"]
         assert len(medians) >= 2 and kernel["chosen"] in medians
         assert medians[kernel["chosen"]] == min(medians.values())
-
-
-def test_each_kernels_measurements_run_alone_and_nothing_else_does():
-    import contextlib
-
-    tuner = _tuner({512: [0.2, 0.2, 0.2], 2048: [0.1, 0.1, 0.1]})
-    inside = []
-
-    @contextlib.contextmanager
-    def alone():
-        inside.append("enter")
-        yield
-        inside.append("exit")
-
-    with steady_autotuning(rounds=3, alone=alone):
-        assert inside == []  # compiling, outside any measurement: not alone
-        tuner.benchmark_all_configs("arg")
-    assert inside == ["enter", "exit"] and len(tuner.calls) == 6

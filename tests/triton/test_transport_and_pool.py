@@ -387,32 +387,3 @@ def test_a_retired_reference_worker_revived_by_an_evaluation_is_closed_after_it(
     worker.close()  # retired from the table while an evaluation still holds it
     assert worker.request("info")["kind"] == "info"  # the evaluation still gets its answer
     assert worker.child is None and not worker.dir.exists()  # and nothing is left running or on disk
-
-
-def test_a_worker_hold_is_shared_and_exclusive_only_inside_alone(monkeypatch, tmp_path):
-    import fcntl
-
-    monkeypatch.setenv(locks.LOCK_DIR_ENV, str(tmp_path))
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5")
-
-    def other(mode):
-        """Whether another holder (another open file: flock treats it as another process) gets ``mode`` now."""
-        with open(tmp_path / "cuda-5.lock", "a+") as handle:
-            try:
-                fcntl.flock(handle, mode | fcntl.LOCK_NB)
-            except BlockingIOError:
-                return False
-            fcntl.flock(handle, fcntl.LOCK_UN)
-            return True
-
-    hold = locks.WorkerGpuHold("cuda")
-    try:
-        assert other(fcntl.LOCK_SH) and not other(fcntl.LOCK_EX)  # shared: others' work goes on, no timing
-        with hold.alone():
-            assert not other(fcntl.LOCK_SH)  # exclusive: nothing else on the GPU
-        assert other(fcntl.LOCK_SH) and not other(fcntl.LOCK_EX)  # shared again
-    finally:
-        hold.release()
-    assert other(fcntl.LOCK_EX)
-    with locks.WorkerGpuHold(None) as none, none.alone():  # no device: nothing held
-        assert other(fcntl.LOCK_EX)
