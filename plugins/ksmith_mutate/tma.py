@@ -55,12 +55,15 @@ triton.set_allocator(_tma_scratch)
 ALIGNED_SOURCE = """
 
 def _tma_aligned(*tensors):
-    # A tensor descriptor needs a 16-byte aligned base and every stride but the unit one a multiple of 16
-    # bytes; otherwise the kernel keeps its pointer loads (an fp32 matrix 2949 wide is not).
-    return all(
-        t.data_ptr() % 16 == 0 and all(s * t.element_size() % 16 == 0 for s in t.stride() if s != 1)
-        for t in tensors
-    )
+    # A tensor descriptor needs a 16-byte aligned base, one unit stride, and every other stride a positive
+    # multiple of 16 bytes; otherwise the kernel keeps its pointer loads (an fp32 matrix 2949 wide fails).
+    def readable(t):
+        strides = list(t.stride())
+        if 1 in strides:
+            strides.remove(1)
+        return t.data_ptr() % 16 == 0 and all(s > 0 and s * t.element_size() % 16 == 0 for s in strides)
+
+    return all(readable(t) for t in tensors)
 """
 TMA_FLAG = "USE_TMA"  # the constexpr the launch sets to ``_tma_aligned(operands...)``
 
@@ -485,8 +488,7 @@ def tma_change(model: SourceModel) -> Iterator[tuple[str, list[tuple[cst.CSTNode
         if helpers:
             added = list(cst.parse_module(helpers).body)
             added[0] = added[0].with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
-            new_kernel = cst.FlattenSentinel([*added, new_kernel])
-            needs_allocator = needs_aligned = False
+            new_kernel = cst.FlattenSentinel([*added, new_kernel])  # every change alone needs them
         pairs.append((kernel.node, new_kernel))
         names = ", ".join(op.pointer for op in operands)
         yield f"TMA tensor descriptors for {names} in {kernel.name}", pairs

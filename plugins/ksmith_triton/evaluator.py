@@ -30,6 +30,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import logging
+import math
 import os
 import secrets
 import threading
@@ -71,7 +72,7 @@ from ksmith_triton.roofline import (
     roofline_fraction,
 )
 from ksmith_triton.sandbox import Child, ChildExit, private_dir, remove_tree
-from ksmith_triton.timing import FRESH_SHARE, TIMED_BUDGET_MS, Schedule
+from ksmith_triton.timing import FRESH_SHARE, PREQUEUE_MAX_MS, TIMED_BUDGET_MS, Schedule
 
 log = logging.getLogger(__name__)
 
@@ -328,10 +329,13 @@ def allowed_calls(calls: list[dict[str, Any]], trials: int) -> tuple[int, int]:
     """The fewest and most timed calls the schedule allows for ``trials`` asked. Slow calls may be fewer
     (``Schedule.fitted``); the harness fits them to the warm-up's wall time per call, which the reports do
     not carry, so here a call is taken to last twice its reported GPU + launch time (a looser floor)."""
+    # A launch longer than the spin shows up in the GPU time already; past PREQUEUE_MAX_MS it adds nothing
+    # here, so a report cannot lower the floor by claiming slow launches.
     walls = sorted(
-        c["gpu_ms"] + c["host_ms"]
+        c["gpu_ms"] + min(c["host_ms"], PREQUEUE_MAX_MS)
         for c in calls
-        if isinstance(c, dict) and all(isinstance(c.get(k), (int, float)) for k in ("gpu_ms", "host_ms"))
+        if isinstance(c, dict)
+        and all(isinstance(c.get(k), (int, float)) and math.isfinite(c[k]) for k in ("gpu_ms", "host_ms"))
     )
     per_call = 2.0 * walls[len(walls) // 2] if walls else 0.0
     low = Schedule.bounds(Schedule.fitted(trials, per_call, TIMED_BUDGET_MS))[0]
@@ -343,7 +347,10 @@ def _malformed(call: dict[str, Any], sets: int) -> str:
         return f"names input set {call.get('set')!r}"
     if call["set"] == -1 and not isinstance(call.get("input_seed"), int):
         return "had fresh inputs but names no seed"
-    if not all(isinstance(call.get(k), (int, float)) and call[k] >= 0 for k in ("gpu_ms", "host_ms")):
+    if not all(
+        isinstance(call.get(k), (int, float)) and math.isfinite(call[k]) and call[k] >= 0
+        for k in ("gpu_ms", "host_ms")
+    ):
         return "reports no usable time"
     samples = call.get("samples")
     if not isinstance(call.get("seed"), int) or not isinstance(samples, list):

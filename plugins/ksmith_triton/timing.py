@@ -36,7 +36,8 @@ PREQUEUE_MAX_MS = 10.0  # and at most: a call whose launch takes longer than thi
 # A slow function gets fewer timed calls: about this much GPU time of them, never fewer than MIN_TIMED_CALLS
 # (calls of over 30 ms; up to that the asked number is kept). A call that long varies by well under 1 %
 # (KernelBench's convolutions at 50-700 ms: spreads of 1e-6 to 1e-3), so a hundred of them buy nothing but
-# minutes of a locked GPU. Warm-up stops early, after two calls, once it has taken WARMUP_BUDGET_MS.
+# minutes of a locked GPU. Warm-up may stop early (a coin per call, from its third on) once the calls after
+# its first have taken WARMUP_BUDGET_MS.
 TIMED_BUDGET_MS = 3000.0
 MIN_TIMED_CALLS = 20
 WARMUP_BUDGET_MS = 1000.0
@@ -218,11 +219,15 @@ def time_gpu(
         sync()
         wall_warm.append((perf() - begin) * 1e3)
         done += 1
-        if done >= 2 and sum(wall_warm) >= WARMUP_BUDGET_MS:
+        # Slow calls: once the warm-up after its first call (an autotuner's benchmarks) has taken the budget,
+        # each further call may be the last, drawn as the rest of the schedule is (no call count to aim at).
+        over = done >= 3 and sum(wall_warm[1:]) >= WARMUP_BUDGET_MS
+        if over and schedule.below(2) == 0:
             break
         if schedule.stop(done, schedule.warmup):
             break
-    schedule.fit(steady_ms(wall_warm), budget_ms, least)
+    if len(wall_warm) >= 2:  # a time per call that is not the first call's
+        schedule.fit(steady_ms(wall_warm), budget_ms, least)
     spin_ms = prequeue_ms(host_warm)
     cycles = int(spin_ms * cycles_per_ms)
     result = TimedCalls(samples_ms=[], warmup=done, prequeue_ms=round(spin_ms, 4))

@@ -380,6 +380,8 @@ def test_tma_loads_keep_pointer_loads_for_operands_a_descriptor_cannot_read():
     assert not aligned(torch.zeros(8, 2949), torch.zeros(2949, 64))  # a row of 11796 bytes
     assert aligned(torch.zeros(8, 2952, dtype=torch.float16))  # 5904 bytes: a multiple of 16
     assert not aligned(torch.zeros(65)[1:].view(8, 8))  # a base 4 bytes past an aligned one
+    assert not aligned(torch.zeros(64, 1))  # strides (1, 1): a second unit stride is a 4-byte row
+    assert not aligned(torch.zeros(1, 64).expand(8, 64))  # a stride of 0 (an expanded operand)
 
 
 def test_tma_loads_on_an_operand_no_descriptor_can_read_runs_the_pointer_loop_and_is_right():
