@@ -34,6 +34,7 @@ import json
 import os
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -137,6 +138,9 @@ def evolve(args: argparse.Namespace) -> int:
         subset_file.write_text(json.dumps({"rule": SUBSET_RULE, "problems": chosen}, indent=1))
     seeds = args.out / "seeds"
     seeds.mkdir(exist_ok=True)
+    # The files in the subset's order (levels alternating), so a run cut short by its deadline has covered
+    # both levels alike.
+    files: list[str] = []
     for key in chosen:
         level, name = key.split("/", 1)
         linked = args.out / "problems" / level / f"{name}.py"
@@ -148,11 +152,7 @@ def evolve(args: argparse.Namespace) -> int:
         for stored in (args.source / "seeds").glob(f"{name}.seed.*"):  # the seed run stored, reused as it is
             if not (seeds / stored.name).exists():
                 shutil.copyfile(stored, seeds / stored.name)
-    # The files in the subset's order (levels alternating), so a run cut short by its deadline has covered
-    # both levels alike.
-    files = [
-        str(args.out / "problems" / key.split("/", 1)[0] / f"{key.split('/', 1)[1]}.py") for key in chosen
-    ]
+        files.append(str(linked))
     cmd = [
         sys.executable, "-c", "from ksmith_core.cli import main; main()", "bench", *files, "--evolve",
         "--seed-from", "inductor", "--budget", str(args.budget), "--device", args.device,
@@ -176,12 +176,8 @@ def print_evolved(rows: dict[str, dict[str, Any]], chosen: list[str]) -> None:
             gains.append(best / seed)
         print(f"{key[:57]:<58}{row['status']:<12}{_x(seed):>10}{_x(best):>10}{_x(row.get('speedup')):>10}")
     if gains:
-        geo = 1.0
-        for g in gains:
-            geo *= g
-        print(
-            f"{len(gains)} of {len(chosen)} evolved and correct; geomean best/seed {geo ** (1 / len(gains)):.2f}x"
-        )
+        geo = statistics.geometric_mean(gains)
+        print(f"{len(gains)} of {len(chosen)} evolved and correct; geomean best/seed {geo:.2f}x")
 
 
 def latest_rows(out: Path) -> dict[str, dict[str, Any]]:

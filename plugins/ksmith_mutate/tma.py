@@ -405,14 +405,8 @@ def _rewrite_kernel(kernel: KernelDef, loop: cst.For, operands: list[_Operand]) 
 
 def _pointer_param(op: _Operand, kernel: KernelDef) -> str | None:
     """The kernel parameter the operand's base pointer starts from (``a_ptr`` in ``a_ptr + batch * s``)."""
-    names: list[str] = []
-
-    class Names(cst.CSTVisitor):
-        def visit_Name(self, node: cst.Name) -> None:
-            names.append(node.value)
-
-    op.base.visit(Names())
-    return next((n for n in names if n in kernel.params), None)
+    terms = _sum_terms(op.base)
+    return next((t.value for t in terms if isinstance(t, cst.Name) and t.value in kernel.params), None)
 
 
 def with_constexpr_params(kernel: cst.FunctionDef, names: list[str]) -> cst.Parameters:
@@ -448,12 +442,17 @@ def tma_change(model: SourceModel) -> Iterator[tuple[str, list[tuple[cst.CSTNode
     """One rewrite per kernel that matches: (description, node replacements)."""
     from ksmith_mutate.edits import with_keyword
 
-    needs_allocator = "set_allocator" not in model.module.code
-    needs_aligned = "def _tma_aligned" not in model.module.code
+    # Helpers the module lacks, put before each rewritten kernel: every change is applied alone.
+    code = model.module.code
+    helpers = ("" if "set_allocator" in code else ALLOCATOR_SOURCE) + (
+        "" if "def _tma_aligned" in code else ALIGNED_SOURCE
+    )
+    helper_nodes = list(cst.parse_module(helpers).body) if helpers else []
+    if helper_nodes:
+        helper_nodes[0] = helper_nodes[0].with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
     for kernel in model.kernels.values():
-        if not kernel.uses_dot or kernel.autotuned or TMA_FLAG in kernel.params:
-            continue
-        if any(p.endswith("_ROW_MAJOR") for p in kernel.params):
+        rewritten = TMA_FLAG in kernel.params or any(p.endswith("_ROW_MAJOR") for p in kernel.params)
+        if not kernel.uses_dot or kernel.autotuned or rewritten:
             continue
         matched = _operands(kernel)
         if matched is None:
@@ -484,11 +483,8 @@ def tma_change(model: SourceModel) -> Iterator[tuple[str, list[tuple[cst.CSTNode
         if not usable:
             continue
         new_kernel: cst.CSTNode = _rewrite_kernel(kernel, loop, operands)
-        helpers = (ALLOCATOR_SOURCE if needs_allocator else "") + (ALIGNED_SOURCE if needs_aligned else "")
-        if helpers:
-            added = list(cst.parse_module(helpers).body)
-            added[0] = added[0].with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
-            new_kernel = cst.FlattenSentinel([*added, new_kernel])  # every change alone needs them
+        if helper_nodes:
+            new_kernel = cst.FlattenSentinel([*helper_nodes, new_kernel])
         pairs.append((kernel.node, new_kernel))
         names = ", ".join(op.pointer for op in operands)
         yield f"TMA tensor descriptors for {names} in {kernel.name}", pairs

@@ -163,10 +163,16 @@ def l2_flush_buffer() -> Any:
     return torch.empty(size, dtype=torch.int8, device="cuda")
 
 
+def _after_first(values: list[float]) -> list[float]:
+    """A warm-up's readings without its first call (which may re-run an autotuner's benchmarks or compile),
+    when there are others."""
+    return values[1:] if len(values) > 1 else values
+
+
 def prequeue_ms(host_ms: list[float]) -> float:
     """How long the GPU spins before a timed call: twice the host's launch time at its 75th percentile over
     the warm-up (the first warm-up call, which may re-run an autotuner's benchmarks, left out)."""
-    steady = host_ms[1:] if len(host_ms) > 1 else host_ms
+    steady = _after_first(host_ms)
     if not steady:
         return PREQUEUE_MIN_MS
     ordered = sorted(steady)
@@ -185,7 +191,7 @@ def _inputs_for(
 def steady_ms(wall_ms: list[float]) -> float:
     """A warm-up's time per call: the median wall time, the first call (an autotuner's benchmarks, a
     compilation) left out when there are others."""
-    steady = sorted(wall_ms[1:] if len(wall_ms) > 1 else wall_ms)
+    steady = sorted(_after_first(wall_ms))
     return steady[len(steady) // 2] if steady else 0.0
 
 
