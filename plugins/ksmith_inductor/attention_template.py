@@ -11,7 +11,8 @@ size works; when one slice holds the whole head the query tile is loaded once (`
 than one output tile are split over programs (``BLOCK_DV``), each recomputing the scores it needs.
 
 Numerics follow the problem's: fp32 operands are multiplied with ``input_precision="ieee"`` (never silently in
-TF32), half-precision operands use the tensor cores. What is refused, in one line: an attention mask or bias,
+TF32), half-precision operands use the tensor cores (the precision applies to fp32 x fp32 only, so each product
+is one ``tl.dot`` with that literal, which the mutate proposer's ``dot_precision`` edit changes). What is refused, in one line: an attention mask or bias,
 dropout, and queries whose heads differ from the keys' (grouped-query attention).
 """
 
@@ -66,7 +67,6 @@ def {kernel}(
     sod,
     scale,
     CAUSAL: tl.constexpr,
-    IEEE: tl.constexpr,
     Q_RESIDENT: tl.constexpr,
     BLOCK_D: tl.constexpr,
     BLOCK_DV: tl.constexpr,
@@ -109,10 +109,7 @@ def {kernel}(
                 mask=(offs_d[:, None] < D) & n_mask[None, :],
                 other=0.0,
             )
-            if IEEE:
-                s = tl.dot(q, k, s, input_precision="ieee")
-            else:
-                s = tl.dot(q, k, s)
+            s = tl.dot(q, k, s, input_precision="ieee")
         else:
             for d0 in range(0, D, BLOCK_D):
                 d = d0 + offs_d
@@ -126,10 +123,7 @@ def {kernel}(
                     mask=(d[:, None] < D) & n_mask[None, :],
                     other=0.0,
                 )
-                if IEEE:
-                    s = tl.dot(q_part, k_part, s, input_precision="ieee")
-                else:
-                    s = tl.dot(q_part, k_part, s)
+                s = tl.dot(q_part, k_part, s, input_precision="ieee")
         s = s * qk_scale
         keep = n_mask[None, :]
         if CAUSAL:
@@ -145,10 +139,7 @@ def {kernel}(
             other=0.0,
         )
         acc = acc * alpha[:, None]
-        if IEEE:
-            acc = tl.dot(p, v, acc, input_precision="ieee")
-        else:
-            acc = tl.dot(p.to(v.dtype), v, acc)
+        acc = tl.dot(p.to(v.dtype), v, acc, input_precision="ieee")
         m_i = m_new
     acc = acc / l_i[:, None]
     o_ptrs = o_ptr + b * sob + h * soh + offs_m[:, None] * som + offs_dv[None, :] * sod
@@ -187,7 +178,6 @@ def {helper}(q, k, v, is_causal=False, scale=None, out=None):
         *o4.stride(),
         float(scale),
         CAUSAL=bool(is_causal),
-        IEEE=q.dtype == torch.float32,
         Q_RESIDENT=BLOCK_D >= D,
         BLOCK_D=BLOCK_D,
         BLOCK_DV=BLOCK_DV,

@@ -69,7 +69,6 @@ def {kernel}(
     dil_w,
     HAS_BIAS: tl.constexpr,
     TRANSPOSED: tl.constexpr,
-    IEEE: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
@@ -124,10 +123,9 @@ def {kernel}(
         a = tl.load(x_ptrs, mask=valid & m_mask[:, None] & k_mask[None, :], other=0.0)
         w_ptrs += kd[:, None] * swd + kh[:, None] * swh + kw[:, None] * sww
         b = tl.load(w_ptrs, mask=k_mask[:, None] & n_mask[None, :], other=0.0)
-        if IEEE:  # fp32 operands: full fp32 products, as eager PyTorch computes them
-            acc = tl.dot(a, b, acc, input_precision="ieee")
-        else:
-            acc = tl.dot(a, b, acc)
+        # "ieee": full fp32 products for fp32 operands, as eager PyTorch computes them (half operands use the
+        # tensor cores either way); one literal, so a dot_precision edit changes what the kernel computes.
+        acc = tl.dot(a, b, acc, input_precision="ieee")
     if HAS_BIAS:
         acc += tl.load(bias_ptr + co, mask=n_mask, other=0.0).to(tl.float32)[None, :]
     y_ptrs = y_ptr + n[:, None] * syn + co[None, :] * syc + od[:, None] * syd + oh[:, None] * syh
@@ -187,7 +185,6 @@ def {helper}(x, w, bias, stride, padding, dilation, transposed, output_padding, 
         *dilation,
         HAS_BIAS=bias is not None,
         TRANSPOSED=bool(transposed),
-        IEEE=x.dtype == torch.float32,
         {config},
     )
     return out

@@ -235,7 +235,11 @@ def test_library_matmuls_become_ksmith_gemm_kernels_the_evaluator_accepts(relati
     source = seed_from_inductor(problem, "cpu", small=True)
     check_candidate_source(source)
     assert "extern_kernels" not in source and "_gemm_0_kernel[grid](" in source
-    assert 'input_precision="ieee"' in source  # in every GEMM kernel; taken for fp32 operands only
+    assert 'input_precision="ieee"' in source  # in every GEMM kernel; it applies to fp32 operands only
+    # Each product is one tl.dot with the literal: a dot_precision edit changes what the kernel computes, never
+    # a branch the launch does not take.
+    precision_edits = possible_edits(source, ("dot_precision",))
+    assert precision_edits and all(" ieee -> " in edit.description for edit in precision_edits)
     kinds = {edit.kind for edit in possible_edits(source)}
     assert {"gemm_config", "dot_tile"} <= kinds  # the tiling edits recognise the GEMM
     verdict = evaluate(
