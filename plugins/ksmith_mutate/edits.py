@@ -18,6 +18,7 @@ import libcst as cst
 
 from ksmith_core.errors import CandidateError
 from ksmith_mutate.gemm_configs import (
+    MIN_ELEMENT_BYTES,
     SHARED_MEMORY_BYTES,
     TMA_CONFIGS,
     fits_shared_memory,
@@ -85,7 +86,9 @@ class Limits:
     """What the platform the kernels are tuned for allows (``ksmith_core.platform``): the ``num_warps`` a
     launch may use, the ``num_stages`` range, shared memory per block (``None``: not known, no filter),
     extra Triton launch options worth proposing (MetaX's ``pipeline`` and ``scenario``; none on NVIDIA,
-    whose Triton rejects unknown options) and features (``"tma"``: tensor-descriptor loads compile)."""
+    whose Triton rejects unknown options) and features (``"tma"``: tensor-descriptor loads compile).
+    ``element_bytes`` is the problem's, not the platform's: the bytes of one GEMM operand element, which decide
+    the tiles that fit in shared memory (the least, two, where the problem's dtype is not known)."""
 
     num_warps: tuple[int, ...] = NUM_WARPS_LADDER
     num_stages: tuple[int, int] = NUM_STAGES_RANGE
@@ -95,6 +98,7 @@ class Limits:
     platform: str = "nvidia"
     warp_size: int = 32
     native_compiler: str | None = "nvcc"  # the compiler of native sources: which flags are worth proposing
+    element_bytes: int = MIN_ELEMENT_BYTES
 
     @classmethod
     def from_platform(cls, facts: Any) -> Limits:
@@ -234,7 +238,12 @@ def _tma_with_large_tiles(model: SourceModel, tma: Edit, limits: Limits) -> list
             continue
 
         if config.num_warps not in limits.num_warps or not fits_shared_memory(
-            config.block_m, config.block_n, config.block_k, config.num_stages, limits.shared_memory_bytes
+            config.block_m,
+            config.block_n,
+            config.block_k,
+            config.num_stages,
+            limits.shared_memory_bytes,
+            limits.element_bytes,
         ):
             continue
 
@@ -502,7 +511,13 @@ def _gemm_config_changes(
         return  # a tile size whose grid coupling is ambiguous is never edited
     grid_literals = {name: lits for name, (_, lits) in couplings.items() if lits}
     for config, pairs, shrinks in gemm_config_changes(
-        site, literals, grid_literals, MAX_DOT_ACCUMULATOR, limits.shared_memory_bytes, limits.num_warps
+        site,
+        literals,
+        grid_literals,
+        MAX_DOT_ACCUMULATOR,
+        limits.shared_memory_bytes,
+        limits.num_warps,
+        limits.element_bytes,
     ):
         yield _change(
             "gemm_config",
@@ -551,7 +566,7 @@ def _block_changes(
             if (
                 k is not None
                 and new > old
-                and not fits_shared_memory(m, n_, k, stages, limits.shared_memory_bytes)
+                and not fits_shared_memory(m, n_, k, stages, limits.shared_memory_bytes, limits.element_bytes)
             ):
                 continue  # grows past shared memory: would not compile
         elif len(block_names) > 1:

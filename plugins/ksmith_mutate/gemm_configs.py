@@ -23,8 +23,10 @@ import libcst as cst
 from ksmith_mutate.source_model import DOT_AXIS, GROUP_NAMES, LaunchSite
 
 # Shared memory one block may use on the GPUs ksmith targets first (an H100: 227 KiB). A software-pipelined
-# matmul keeps ``stages`` copies of its A and B tiles there; a configuration that cannot fit them even at two
-# bytes per element fails to compile ("out of resource: shared memory"), so it is never proposed.
+# matmul keeps ``stages`` copies of its A and B tiles there; a configuration that cannot fit them at the
+# operands' bytes per element fails to compile ("out of resource: shared memory"), so it is never proposed.
+# Sources do not say their operands' dtype: the proposer knows it from the problem (4 for fp32), and two bytes,
+# the least, is assumed where nothing does.
 SHARED_MEMORY_BYTES = 227 * 1024
 MIN_ELEMENT_BYTES = 2
 
@@ -35,12 +37,14 @@ def fits_shared_memory(
     block_k: int,
     stages: int,
     shared_memory_bytes: int | None = SHARED_MEMORY_BYTES,
+    element_bytes: int = MIN_ELEMENT_BYTES,
 ) -> bool:
-    """Whether ``stages`` buffers of a ``block_m x block_k`` and a ``block_k x block_n`` tile fit in shared memory
-    (``shared_memory_bytes`` per block, the platform's; ``None``, not known: anything fits)."""
+    """Whether ``stages`` buffers of a ``block_m x block_k`` and a ``block_k x block_n`` tile of ``element_bytes``
+    elements fit in shared memory (``shared_memory_bytes`` per block, the platform's; ``None``, not known:
+    anything fits)."""
     if shared_memory_bytes is None:
         return True
-    return max(stages, 1) * (block_m * block_k + block_k * block_n) * MIN_ELEMENT_BYTES <= shared_memory_bytes
+    return max(stages, 1) * (block_m * block_k + block_k * block_n) * element_bytes <= shared_memory_bytes
 
 
 class GemmConfig(NamedTuple):
@@ -126,10 +130,12 @@ def gemm_config_changes(
     max_accumulator: int,
     shared_memory_bytes: int | None = SHARED_MEMORY_BYTES,
     num_warps: tuple[int, ...] | None = None,
+    element_bytes: int = MIN_ELEMENT_BYTES,
 ) -> Iterator[tuple[GemmConfig, list[tuple[cst.CSTNode, cst.CSTNode]], bool]]:
     """Every Inductor config other than the current one, as node replacements for one launch site.
 
-    Configurations the platform cannot compile are left out: tiles past ``shared_memory_bytes``, and a
+    Configurations the platform cannot compile are left out: tiles of ``element_bytes`` elements past
+    ``shared_memory_bytes``, and a
     ``num_warps`` outside the platform's ``num_warps`` (MetaX takes at most 16).
 
     ``grid_literals`` maps each tile keyword to the ``cdiv`` literals of the grid that follow it (from the
@@ -151,7 +157,12 @@ def gemm_config_changes(
         if config.block_m * config.block_n > max_accumulator:
             continue
         if not fits_shared_memory(
-            config.block_m, config.block_n, config.block_k, config.num_stages, shared_memory_bytes
+            config.block_m,
+            config.block_n,
+            config.block_k,
+            config.num_stages,
+            shared_memory_bytes,
+            element_bytes,
         ):
             continue
         if num_warps is not None and config.num_warps not in num_warps:

@@ -107,7 +107,7 @@ import ast
 import logging
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import libcst as cst
@@ -117,7 +117,7 @@ from ksmith_core.capabilities import Proposer
 from ksmith_core.model import Proposal, Scored, Selection, source_id
 from ksmith_core.novelty import fingerprint
 from ksmith_mutate.bandit import EditBandit, reward_for
-from ksmith_mutate.edits import EDIT_KINDS, Edit, EditRenderError, platform_limits, possible_edits
+from ksmith_mutate.edits import EDIT_KINDS, Edit, EditRenderError, Limits, platform_limits, possible_edits
 from ksmith_mutate.native import why_no_native_edit
 from ksmith_mutate.source_model import MutateSourceError, launch_config
 
@@ -162,6 +162,7 @@ def propose(run: Any, selection: Selection) -> list[Proposal]:
     if not plans:
         return []
     skipped_kinds = kinds_without_effect(run.problem.source)
+    limits = problem_limits(run.problem.source)
     taken = _evaluated_keys(run)
     pending: Counter[str] = Counter()
     edits_by_parent: dict[str, list[Edit]] = {}
@@ -176,7 +177,16 @@ def propose(run: Any, selection: Selection) -> list[Proposal]:
             continue
         plan = plans[index]
         edit = _pick_edit(
-            plan, edits_by_parent, taken, bandit, pending, run.rng, skipped_kinds, run.note_dropped, listed
+            plan,
+            edits_by_parent,
+            taken,
+            bandit,
+            pending,
+            run.rng,
+            skipped_kinds,
+            run.note_dropped,
+            listed,
+            limits,
         )
         if edit is None:
             exhausted.add(index)
@@ -235,26 +245,35 @@ HALF_DTYPES = {"float16", "half", "bfloat16"}
 FULL_DTYPES = {"float32", "float", "float64", "double"}
 
 
-def kinds_without_effect(problem_source: str) -> frozenset[str]:
-    """Edit kinds that cannot change anything for this problem.
-
-    ``input_precision`` only matters for fp32 operands of ``tl.dot``: a problem whose inputs are all half
-    precision (it names ``torch.float16`` / ``torch.bfloat16`` / ``.half()`` and no fp32 dtype) would spend
-    evaluations on sources that compile to the same kernel.
-    """
+def _half_precision_only(problem_source: str) -> bool:
+    """Whether the problem's tensors are all half precision: it names ``torch.float16`` / ``torch.bfloat16`` /
+    ``.half()`` and no fp32 dtype (a problem that names none makes fp32 tensors, torch's default)."""
     try:
         tree = ast.parse(problem_source)
     except SyntaxError:
-        return frozenset()
+        return False
     named: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "torch":
             named.add(node.attr)
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and not node.args:
             named.add(node.func.attr)  # x.half(), x.float()
-    if named & HALF_DTYPES and not named & FULL_DTYPES:
-        return frozenset({"dot_precision"})
-    return frozenset()
+    return bool(named & HALF_DTYPES) and not named & FULL_DTYPES
+
+
+def kinds_without_effect(problem_source: str) -> frozenset[str]:
+    """Edit kinds that cannot change anything for this problem.
+
+    ``input_precision`` only matters for fp32 operands of ``tl.dot``: a problem whose inputs are all half
+    precision would spend evaluations on sources that compile to the same kernel.
+    """
+    return frozenset({"dot_precision"}) if _half_precision_only(problem_source) else frozenset()
+
+
+def problem_limits(problem_source: str) -> Limits:
+    """The platform's limits with the problem's operand element size: fp32 tiles take twice the shared memory
+    of half ones, so a tile that fits at two bytes may not compile at four (and would cost an evaluation)."""
+    return replace(platform_limits(), element_bytes=2 if _half_precision_only(problem_source) else 4)
 
 
 def _momentum(by_id: dict[str, Scored], scored: Scored) -> tuple[str, str] | None:
@@ -318,6 +337,7 @@ def _pick_edit(
     skipped_kinds: frozenset[str] = frozenset(),
     note_dropped: Callable[[str, str], None] | None = None,
     listed: dict[str, int] | None = None,
+    limits: Limits | None = None,
 ) -> Edit | None:
     """Bandit-chosen kind, random edit within it; edits whose result was already evaluated are dropped.
 
@@ -330,7 +350,7 @@ def _pick_edit(
     if parent_id not in edits_by_parent:
         try:
             kinds = tuple(kind for kind in EDIT_KINDS if kind not in skipped_kinds)
-            edits_by_parent[parent_id] = possible_edits(plan.parent.candidate.source, kinds)
+            edits_by_parent[parent_id] = possible_edits(plan.parent.candidate.source, kinds, limits)
         except MutateSourceError:
             edits_by_parent[parent_id] = []  # not Python: nothing to edit structurally
         except Exception as exc:  # noqa: BLE001 -- one odd candidate must not stop a run

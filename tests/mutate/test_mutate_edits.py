@@ -366,6 +366,20 @@ def test_no_tile_edit_grows_past_shared_memory():
     assert any(d.startswith("BLOCK_N 128 -> 64") for d in described)
 
 
+def test_fp32_operands_take_twice_the_shared_memory():
+    from ksmith_mutate.edits import Limits
+    from ksmith_mutate.gemm_configs import fits_shared_memory
+
+    # 128x128x64 at 5 stages: 160 KiB of half tiles fit; 320 KiB of fp32 tiles do not (a compile error).
+    assert fits_shared_memory(128, 128, 64, 5) and not fits_shared_memory(128, 128, 64, 5, element_bytes=4)
+    source = seed_source("matmul_bias_relu")
+    half = possible_edits(source, ("gemm_config", "tma_loads"), Limits(element_bytes=2))
+    full = possible_edits(source, ("gemm_config", "tma_loads"), Limits(element_bytes=4))
+    configs = [tuple(e.detail["config"]) for e in full if "config" in e.detail]
+    assert configs and all(fits_shared_memory(m, n, k, s, element_bytes=4) for m, n, k, s, _ in configs)
+    assert {e.description for e in full} < {e.description for e in half}  # the half tiles that no longer fit
+
+
 def test_tma_loads_keep_pointer_loads_for_operands_a_descriptor_cannot_read():
     """A descriptor needs a 16-byte aligned base and 16-byte multiple strides: an fp32 matrix 2949 wide read
     through one gave wrong results on the H100 (KernelBench's 8_Matmul_with_irregular_shapes_)."""

@@ -236,6 +236,15 @@ def test_dot_precision_is_skipped_for_half_precision_problems(make_run):
     mixed = half + "\n\ndef reference(x):\n    return x.float()\n"
     assert plugin.kinds_without_effect(mixed) == frozenset()
     assert plugin.kinds_without_effect((KERNELS / "matmul_bias_relu.py").read_text()) == frozenset()
+    # The operands' size decides which tiles fit in shared memory: two bytes for half problems, four otherwise.
+    assert plugin.problem_limits(half).element_bytes == 2
+    assert plugin.problem_limits(mixed).element_bytes == 4
+    assert (
+        plugin.problem_limits(
+            "import torch\n\ndef get_inputs():\n    return [torch.rand(8, 8)]\n"
+        ).element_bytes
+        == 4
+    )
     run = make_run("matmul_bias_relu", proposals_per_step=12)
     run.problem = replace(run.problem, source=half)
     seed = add_seed(run, "matmul_bias_relu", ok(1.0))
