@@ -65,12 +65,7 @@ from ksmith_triton.locks import (
 )
 from ksmith_triton.pool import POOL, discard
 from ksmith_triton.refcache import ReferenceCache
-from ksmith_triton.roofline import (
-    ceilings_within_peaks,
-    platform_peaks,
-    roofline_bound,
-    roofline_fraction,
-)
+from ksmith_triton.roofline import ceilings_within_peaks, place_on_roofline, platform_peaks, roofline_work
 from ksmith_triton.sandbox import Child, ChildExit, private_dir, remove_tree
 from ksmith_triton.timing import FRESH_SHARE, PREQUEUE_MAX_MS, TIMED_BUDGET_MS, Schedule
 
@@ -1260,15 +1255,16 @@ class Evaluation:
                 found = {k: found.get(k) for k in REFERENCE_FIELDS}
                 cache.set(key, found)
             if self.device == "cuda":
+                # v2: ceilings gained the fp32 matmul's (flops_s_fp32); those cached before are measured again.
                 ceilings_key = cache.key(
-                    "ceilings", device_name=info.get("device_name"), torch=info.get("torch")
+                    "ceilings-v2", device_name=info.get("device_name"), torch=info.get("torch")
                 )
                 ceilings = cache.get(ceilings_key)
                 if ceilings is None:
                     with exclusive_gpu_lock(self.device, self.gpu):
                         ceilings = worker.request("ceilings")
                     self.saw_peak("reference", ceilings)
-                    ceilings = {k: ceilings[k] for k in ("bandwidth_bytes_s", "flops_s")}
+                    ceilings = {k: ceilings[k] for k in ("bandwidth_bytes_s", "flops_s", "flops_s_fp32")}
                     cache.set(ceilings_key, ceilings)
                 found = {**found, "ceilings": ceilings}
             self.details["device_name"] = info.get("device_name")
@@ -1299,19 +1295,15 @@ class Evaluation:
         )
         fraction = None
         if "ceilings" in reference and meta:
-            bytes_moved = meta.get("input_bytes", 0) + meta.get("output_bytes", 0)
             peaks = platform_peaks(self.details.get("device_name"))
             ceilings = ceilings_within_peaks(reference["ceilings"], peaks)
-            if peaks:
-                self.details["roofline"] = {"platform": peaks.get("platform"), "ceilings": ceilings}
-            fraction = roofline_fraction(runtime.median_ms, bytes_moved, meta.get("flops", 0.0), ceilings)
             # Which floor binds tells a bench whether a problem counts as memory- or compute-bound.
-            self.roofline_bound = roofline_bound(
-                bytes_moved,
-                meta.get("flops", 0.0),
-                ceilings.get("bandwidth_bytes_s", 0.0),
-                ceilings.get("flops_s", 0.0),
-            )
+            fraction, self.roofline_bound = place_on_roofline(runtime.median_ms, meta, ceilings)
+            self.details["roofline"] = {
+                "platform": peaks.get("platform"),
+                "ceilings": ceilings,
+                **roofline_work(meta, ceilings),
+            }
         reasons: list[str] = list(self.flags)
         if self.device == "cuda":
             reasons += unsteady_reasons(runtime, eager, compiled)

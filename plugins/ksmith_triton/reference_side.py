@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import resource
 import types
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -312,22 +313,127 @@ class ReferenceOutputs:
         return out
 
     def _compute(self, index: int, with_meta: bool = False) -> Any:
-        import torch
-
         from ksmith_triton.compare import Outputs
 
         inputs = make_inputs(self.problem, self.seeds[index], self.device)
-        with torch.no_grad():
-            out = self.model(*inputs)
+        if with_meta:
+            out, flops = forward_with_flops(self.problem, self.model, inputs)
+        else:
+            out = plain_forward(self.model, inputs)
         structure, tensors = flatten_outputs(out)
         if with_meta:
-            flops_fn = getattr(self.problem, "ksmith_flops", None)
+            # input_bytes and output_bytes are also the driver's memory estimate (evaluator.py); the roofline
+            # adds param_bytes to them (roofline.bytes_moved).
             self.meta = {
                 "input_bytes": tensor_bytes(inputs),
                 "output_bytes": tensor_bytes(tensors),
-                "flops": float(flops_fn(*inputs)) if callable(flops_fn) else 0.0,
+                "param_bytes": state_bytes(self.model),
+                "compute_dtype": compute_dtype(inputs, self.model),
+                **flops,
             }
         return Outputs(structure, [t.detach() for t in tensors])
+
+
+# FLOPs counted in this process, by problem, then by the inputs' shapes and dtypes: every comparison computes
+# its first reference output with meta, and the counter is needed for the first of them only.
+_counted_flops: weakref.WeakKeyDictionary[types.ModuleType, dict[tuple[Any, ...], dict[str, Any]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def forward_with_flops(
+    problem: types.ModuleType, model: Any, inputs: list[Any]
+) -> tuple[Any, dict[str, Any]]:
+    """The forward's output, and its FLOPs with where they came from (``flops_source``): the problem's own
+    ``ksmith_flops(*inputs)`` where it has one (``"problem"``), else torch's count of this very forward
+    (``"counted"``; no second forward) -- or none, with the reason, where counting failed (``"uncounted"``)."""
+    flops_fn = getattr(problem, "ksmith_flops", None)
+    if callable(flops_fn):
+        return plain_forward(model, inputs), {"flops": float(flops_fn(*inputs)), "flops_source": "problem"}
+    known = _counted_flops.setdefault(problem, {})
+    signature = input_signature(inputs)
+    if signature in known:
+        return plain_forward(model, inputs), known[signature]
+    out, known[signature] = forward_counting_flops(model, inputs)
+    return out, known[signature]
+
+
+def plain_forward(model: Any, inputs: list[Any]) -> Any:
+    import torch
+
+    with torch.no_grad():
+        return model(*inputs)
+
+
+def forward_counting_flops(model: Any, inputs: list[Any]) -> tuple[Any, dict[str, Any]]:
+    """The forward run under ``FlopCounterMode``, which counts what it can price (matmuls, convolutions,
+    attention) and runs every op as it is. Counting must never fail an evaluation: if the counted forward
+    raises, the forward runs again plainly, and a model that fails there too fails as it always did."""
+    import torch
+
+    try:
+        from torch.utils.flop_counter import FlopCounterMode
+
+        with torch.no_grad(), FlopCounterMode(display=False) as counter:
+            out = model(*inputs)
+        return out, {"flops": float(counter.get_total_flops()), "flops_source": "counted"}
+    except Exception as exc:  # noqa: BLE001 - a model the counter cannot follow (torch.compile inside, ...)
+        reason = f"{type(exc).__name__}: {exc}"[:300]
+    return plain_forward(model, inputs), {"flops": 0.0, "flops_source": "uncounted", "flops_error": reason}
+
+
+def input_signature(inputs: list[Any]) -> tuple[Any, ...]:
+    """What the FLOP count of a forward depends on: the inputs' shapes and dtypes, and plain values as they are."""
+    import torch
+
+    def signature_of(value: Any) -> Any:
+        if isinstance(value, torch.Tensor):
+            return tuple(value.shape), str(value.dtype)
+        return value if isinstance(value, (int, float, bool, str, type(None))) else type(value).__name__
+
+    return tuple(signature_of(v) for v in inputs)
+
+
+def model_state(model: Any) -> list[Any]:
+    """The model's parameters and buffers (none for a model that is not an ``nn.Module``)."""
+    import torch
+
+    if not isinstance(model, torch.nn.Module):
+        return []
+    return [*model.parameters(), *model.buffers()]
+
+
+def state_bytes(model: Any) -> int:
+    """Bytes of the model's parameters and buffers, each stretch of memory once: tied weights, or views of one
+    storage, are one read for a kernel."""
+    import torch
+
+    spans = sorted(
+        {
+            (str(t.device), t.data_ptr(), t.data_ptr() + t.nbytes)
+            for t in model_state(model)
+            if t.layout is torch.strided and t.numel()
+        }
+    )
+    total, reached = 0, {}
+    for device, start, end in spans:  # the union of the spans, per device
+        covered = max(start, reached.get(device, start))
+        total += max(0, end - covered)
+        reached[device] = max(end, reached.get(device, end))
+    return total
+
+
+def compute_dtype(inputs: list[Any], model: Any) -> str | None:
+    """The dtype of the largest floating-point tensor among the inputs, parameters and buffers (``"float32"``,
+    ``"bfloat16"``, ...): the precision the heavy work runs in, which picks the roofline's FLOP/s ceiling."""
+    import torch
+
+    floats = [
+        t for t in [*inputs, *model_state(model)] if isinstance(t, torch.Tensor) and t.is_floating_point()
+    ]
+    if not floats:
+        return None
+    return str(max(floats, key=lambda t: t.numel()).dtype).removeprefix("torch.")
 
 
 def free_bytes(device: str) -> int:
@@ -449,7 +555,10 @@ def reference_timing(problem: types.ModuleType, device: str, command: dict[str, 
 
 
 def measure_ceilings(problem: types.ModuleType, device: str, command: dict[str, Any]) -> dict[str, Any]:
-    """Achievable DRAM bandwidth (a large device-to-device copy) and half-precision matmul FLOP/s."""
+    """Achievable DRAM bandwidth (a large device-to-device copy) and matmul FLOP/s: bf16 (``flops_s``, the
+    ceiling of half-precision problems) and fp32-accurate (``flops_s_fp32``). The fastest fp32-accurate
+    matmul is either SGEMM or three TF32 products (Triton's ``input_precision="tf32x3"``): the ceiling is the
+    faster of the two, so a kernel using tf32x3 does not appear to beat its roofline."""
     import torch
 
     from ksmith_triton.timing import reference_timers, time_calls
@@ -462,17 +571,44 @@ def measure_ceilings(problem: types.ModuleType, device: str, command: dict[str, 
     def copy() -> None:
         dst.copy_(src)
 
-    copy_ms = time_calls(device, copy, [[]], timers, 20, 3).samples_ms
-    src = dst = None  # 2 GiB back before the matmul
-    size = 8192
-    a = torch.randn(size, size, device="cuda", dtype=torch.bfloat16)
-    b = torch.randn(size, size, device="cuda", dtype=torch.bfloat16)
-    out = torch.empty(size, size, device="cuda", dtype=torch.bfloat16)
+    copy_ms = median(time_calls(device, copy, [[]], timers, 20, 3).samples_ms)
+    src = dst = None  # 2 GiB back before the matmuls
+    bf16 = matmul_flops_s(device, timers, torch.bfloat16)
+    fp32 = matmul_flops_s(device, timers, torch.float32, allow_tf32=False)
+    tf32 = matmul_flops_s(device, timers, torch.float32, allow_tf32=True)
+    return {
+        "bandwidth_bytes_s": 2 * n_bytes / (copy_ms * 1e-3),
+        "flops_s": bf16,
+        "flops_s_fp32": max(fp32, tf32 / 3),
+    }
+
+
+MATMUL_SIZE = 8192
+
+
+def matmul_flops_s(device: str, timers: dict[str, Any], dtype: Any, allow_tf32: bool = False) -> float:
+    """FLOP/s of a square ``MATMUL_SIZE`` matmul in ``dtype``, fp32 in full precision unless ``allow_tf32``;
+    the process's TF32 switch is put back afterwards (its reference outputs are fp32: ``fp32_means_fp32``)."""
+    import torch
+
+    from ksmith_triton.timing import time_calls
+
+    size = MATMUL_SIZE
+    a = torch.randn(size, size, device="cuda", dtype=dtype)
+    b = torch.randn(size, size, device="cuda", dtype=dtype)
+    out = torch.empty(size, size, device="cuda", dtype=dtype)
 
     def matmul() -> None:
         torch.matmul(a, b, out=out)
 
-    mm_ms = time_calls(device, matmul, [[]], timers, 20, 3).samples_ms
-    copy_med = sorted(copy_ms)[len(copy_ms) // 2]
-    mm_med = sorted(mm_ms)[len(mm_ms) // 2]
-    return {"bandwidth_bytes_s": 2 * n_bytes / (copy_med * 1e-3), "flops_s": 2 * size**3 / (mm_med * 1e-3)}
+    before = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = allow_tf32
+    try:
+        ms = median(time_calls(device, matmul, [[]], timers, 20, 3).samples_ms)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = before
+    return 2 * size**3 / (ms * 1e-3)
+
+
+def median(samples: list[float]) -> float:
+    return sorted(samples)[len(samples) // 2]

@@ -196,6 +196,10 @@ def test_gpu_legit_kernel_is_timed_against_both_references(reference_cache):
     assert verdict.speedup and verdict.speedup_vs_compile and verdict.roofline_fraction
     assert 0 < verdict.roofline_fraction <= 1.5
     assert verdict.roofline_bound == "memory"  # an elementwise scale-add moves bytes, few FLOPs
+    roofline = verdict.details["roofline"]  # no ksmith_flops: counted, and elementwise work has no price
+    assert roofline["flops_source"] == "counted" and roofline["flops"] == 0.0
+    assert roofline["compute_dtype"] == "float32"
+    assert roofline["flops_ceiling"] == roofline["ceilings"]["flops_s_fp32"]
 
 
 @pytest.mark.gpu
