@@ -380,7 +380,9 @@ class Bench:
         started = time.monotonic()
         if (run_dir / "run.sqlite").exists():
             engine = Engine.resume(run_dir, {"budget": self.config.budget})
-            result = engine.evolve(None)
+            # A run stopped before its seed's verdict was stored (a bench killed at its deadline) holds no
+            # candidate: it starts from the seed, as a fresh one would.
+            result = engine.evolve(None if engine.run.by_id else start)
         else:
             engine = Engine.start(problem, start, self.config, run_dir)
             result = engine.evolve(start)
@@ -430,7 +432,7 @@ class Bench:
         started = time.monotonic()
         engine = Engine.resume(run_dir, {"budget": row["evaluations"] + give})
         try:
-            result = engine.evolve(None)
+            result = engine.evolve(None if engine.run.by_id else start)
             problem = engine.run.problem
         finally:
             engine.close()

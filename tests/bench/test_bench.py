@@ -142,6 +142,23 @@ def test_bench_evolve_records_start_and_end(toy_plugin, tmp_path):
     assert math.isclose(row["speedup"], 1.75)
 
 
+def test_bench_evolve_resumes_a_run_stopped_before_its_seed_was_judged(toy_plugin, tmp_path):
+    from ksmith_bench.bench import candidate_for
+    from ksmith_core.engine import Engine
+    from ksmith_core.loading import load_candidate, load_problem
+
+    suite = make_suite(tmp_path / "suite", {"one": 1.0})
+    config = RunConfig(proposer="toy", select="greedy", budget=4, proposals_per_step=1)
+    paths = collect_problems([suite])
+    problem = load_problem(paths[0])
+    start = load_candidate(candidate_for(problem, None))
+    # What a bench killed at its deadline leaves: the run's store, created, and no candidate in it.
+    Engine.start(problem, start, config, tmp_path / "out" / "runs" / problem.name).close()
+    row = Bench(tmp_path / "out", config, evolve=True).run(paths)["rows"][0]
+    assert row["status"] == "ok" and row["evaluations"] == 4, row
+    assert row["seed_speedup"] == 1.0
+
+
 def test_the_reserve_goes_where_the_room_is_and_is_spent_once(toy_plugin, tmp_path):
     from ksmith_bench.bench import room
 
