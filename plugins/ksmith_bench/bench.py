@@ -432,7 +432,7 @@ class Bench:
         started = time.monotonic()
         engine = Engine.resume(run_dir, {"budget": row["evaluations"] + give})
         try:
-            result = engine.evolve(None if engine.run.by_id else start)
+            result = engine.evolve(None)
             problem = engine.run.problem
         finally:
             engine.close()
