@@ -77,6 +77,9 @@ TRITON_DEFAULT_NUM_STAGES = 3
 EVICTION_POLICIES = ("evict_first", "evict_last")
 LOAD_CACHE_MODIFIERS = (".cg", ".ca")
 DOT_PRECISIONS = ("tf32", "ieee", "tf32x3")
+# Most precise last: an edit towards the end is "safer" (fixes what a faster product broke), towards the start
+# "up" in speed.
+PRECISION_ORDER = ("tf32", "tf32x3", "ieee")
 LOG2_E = "1.4426950408889634"
 LN_2 = "0.6931471805599453"
 
@@ -775,10 +778,16 @@ def _dot_precision_changes(kernel: KernelDef) -> Iterator[_Change]:
             if option == effective:
                 continue
             new_call = with_keyword(call, "input_precision", _quoted(option))
+            more_precise = PRECISION_ORDER.index(option) > PRECISION_ORDER.index(effective)
             yield _change(
                 "dot_precision",
                 f"input_precision {current or 'default'} -> {option} on {where}",
                 [(call, new_call)],
-                safer=option == "ieee",
-                detail={"name": "input_precision", "old": current, "new": option},
+                safer=more_precise,
+                detail={
+                    "name": "input_precision",
+                    "old": current,
+                    "new": option,
+                    "direction": "down" if more_precise else "up",
+                },
             )

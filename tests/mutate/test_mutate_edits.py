@@ -213,6 +213,13 @@ def test_dot_tiles_group_m_and_precision():
         "input_precision default -> ieee on tl.dot in _matmul_bias_relu_kernel",
         "input_precision default -> tf32x3 on tl.dot in _matmul_bias_relu_kernel",
     ]
+    # Faster products are "up"; more precise ones are the safer edits that fix what a faster one broke.
+    by_new = {e.detail["new"]: e for e in edits if e.kind == "dot_precision"}
+    assert by_new["tf32"].detail["direction"] == "up" and not by_new["tf32"].safer
+    assert by_new["tf32x3"].detail["direction"] == "up" and not by_new["tf32x3"].safer
+    from_tf32 = {e.detail["new"]: e for e in possible_edits(tf32.source) if e.kind == "dot_precision"}
+    assert from_tf32["tf32x3"].safer and from_tf32["ieee"].safer
+    assert from_tf32["tf32x3"].detail["direction"] == "down"
 
 
 def test_gemm_config_moves_a_tiled_matmul_to_an_inductor_config_at_once():

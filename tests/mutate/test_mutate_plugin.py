@@ -252,25 +252,38 @@ def test_dot_precision_is_skipped_for_half_precision_problems(make_run):
     assert "dot_precision" not in kinds and "dot_tile" in kinds
 
 
-def test_a_compute_bound_parent_far_from_its_roofline_tries_a_bigger_gemm_config_first(make_run):
+def test_a_compute_bound_parent_far_from_its_roofline_tries_a_faster_dot_then_a_bigger_gemm_config(make_run):
     run = make_run("matmul_bias_relu")
     far = replace(ok(0.4), roofline_bound="compute", roofline_fraction=0.35)
     seed = add_seed(run, "matmul_bias_relu", far)
     edits = possible_edits(seed.candidate.source)
+    # An fp32 GEMM multiplying in "ieee" runs on the CUDA cores: a faster precision is tried first.
+    for trial in range(10):
+        run.rng.seed(trial)
+        plan = plugin._Plan(seed, False, "improve")
+        edit = plugin._pick_edit(
+            plan, {seed.candidate.id: list(edits)}, set(run.by_id), EditBandit(), Counter(), run.rng
+        )
+        assert edit.kind == "dot_precision" and edit.detail["new"] in ("tf32", "tf32x3"), edit.description
     area = 32 * 32  # the seed's accumulator tile
     grown = 0
     for trial in range(30):
         run.rng.seed(trial)
         plan = plugin._Plan(seed, False, "improve")
         edit = plugin._pick_edit(
-            plan, {seed.candidate.id: list(edits)}, set(run.by_id), EditBandit(), Counter(), run.rng
+            plan,
+            {seed.candidate.id: list(edits)},
+            set(run.by_id),
+            EditBandit(),
+            Counter({"dot_precision": 1}),
+            run.rng,
         )
         assert edit.kind == "gemm_config"  # untried, and the structure is what is wrong
         m, n = edit.detail["config"][:2]
         grown += m * n > area
     assert grown >= 24  # 4:1 for configs that grow the tile
     # Once the structural kinds were tried, only edits that change the tiling compete while it stays far.
-    tried = Counter({"gemm_config": 1, "tma_loads": 1})
+    tried = Counter({"dot_precision": 1, "gemm_config": 1, "tma_loads": 1})
     chosen = set()
     for trial in range(30):
         run.rng.seed(trial)
@@ -279,7 +292,7 @@ def test_a_compute_bound_parent_far_from_its_roofline_tries_a_bigger_gemm_config
             plan, {seed.candidate.id: list(edits)}, set(run.by_id), EditBandit(), tried, run.rng
         )
         chosen.add(edit.kind)
-    assert chosen <= {"gemm_config", "tma_loads", "dot_tile"} and "dot_tile" in chosen
+    assert chosen <= {"dot_precision", "gemm_config", "tma_loads", "dot_tile"} and "dot_tile" in chosen
     # Near its roofline (or memory-bound), the config jump is one untried kind among the others.
     near = add_seed(
         run, "matmul_bias_relu", replace(ok(0.9), roofline_bound="compute", roofline_fraction=0.85)
