@@ -1255,9 +1255,10 @@ class Evaluation:
                 found = {k: found.get(k) for k in REFERENCE_FIELDS}
                 cache.set(key, found)
             if self.device == "cuda":
-                # v2: ceilings gained the fp32 matmul's (flops_s_fp32); those cached before are measured again.
+                # v3: ceilings gained the fp32 matmul's (flops_s_fp32: the TF32 rate since v3); those cached
+                # before are measured again.
                 ceilings_key = cache.key(
-                    "ceilings-v2", device_name=info.get("device_name"), torch=info.get("torch")
+                    "ceilings-v3", device_name=info.get("device_name"), torch=info.get("torch")
                 )
                 ceilings = cache.get(ceilings_key)
                 if ceilings is None:

@@ -6,7 +6,8 @@ from the problem's optional ``ksmith_flops(*inputs)``, else from torch's ``FlopC
 reference's forward (matmuls, convolutions, attention; elementwise work counts as none). Ceilings are measured
 on the GPU itself (a large copy; large bf16 and fp32 matmuls) and bounded by the platform's datasheet peaks
 where the platform knows them (:func:`ceilings_within_peaks`). The FLOP/s ceiling follows the problem's
-compute dtype (:func:`flops_ceiling`): an fp32 problem against the fp32-accurate matmul, the rest against bf16.
+compute dtype (:func:`flops_ceiling`): an fp32 problem against the fp32 matmul's best (TF32 tensor cores), the
+rest against bf16.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ def roofline_fraction(
     return floor / runtime_ms if floor > 0 else None
 
 
-# Compute dtypes whose FLOPs must be fp32-accurate: a bf16 matmul's rate is out of their reach. (fp64 has no
+# Compute dtypes held to the fp32 matmul's ceiling: a bf16 matmul's rate is out of their reach. (fp64 has no
 # ceiling of its own; the fp32 one is still nearer than bf16's.)
 FP32_ACCURATE_DTYPES = ("float32", "float64")
 

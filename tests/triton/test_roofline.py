@@ -136,7 +136,7 @@ def test_counted_flops_agree_with_the_suites_own_formulas(name):
     stated = module.ksmith_flops(*inputs)
     del module.ksmith_flops
     model = make_model(module.Model, module, 0, "cpu")
-    _, flops = reference_side.forward_with_flops(module, model, inputs)
+    _, flops, _ = reference_side.forward_with_flops(module, model, inputs, lambda: inputs)
     assert flops["flops_source"] == "counted"
     assert flops["flops"] == pytest.approx(stated, rel=0.01)
 
@@ -158,6 +158,9 @@ def test_flops_are_counted_on_the_forward_that_gives_the_reference_output_and_on
 
 
 def test_a_counter_that_fails_leaves_the_reference_right_and_the_flops_at_zero(monkeypatch):
+    """Even for a forward that changes its input in place before the counter fails: the plain run that gives
+    the reference output starts from fresh inputs."""
+
     def boom(*args, **kwargs):
         raise RuntimeError("no formula for this")
 
@@ -168,7 +171,10 @@ def test_a_counter_that_fails_leaves_the_reference_right_and_the_flops_at_zero(m
     monkeypatch.setattr("torch.utils.flop_counter.FlopCounterMode", FailingCounter)
     problem = load_problem_module(LINEAR, None)
     model = make_model(problem.Model, problem, 0, "cpu")
-    out, flops = reference_side.forward_with_flops(problem, model, make_inputs(problem, 5, "cpu"))
+    monkeypatch.setattr(model, "forward", lambda x: model.fc(x.mul_(2)))
+    out, flops, used = reference_side.forward_with_flops(
+        problem, model, make_inputs(problem, 5, "cpu"), lambda: make_inputs(problem, 5, "cpu")
+    )
     assert flops["flops"] == 0.0 and flops["flops_source"] == "uncounted"
     assert "RuntimeError: no formula for this" in flops["flops_error"]
     with torch.no_grad():
@@ -205,7 +211,7 @@ def test_compute_dtype_follows_a_large_fp32_weight_past_small_bf16_inputs():
 
 # -- the roofline from it -------------------------------------------------------------------------------------
 
-# About an H100's: copy bandwidth, bf16 matmul, and the fp32-accurate matmul (tf32x3: TF32 / 3 beats SGEMM).
+# Made-up ceilings of the right kind: copy bandwidth, bf16 matmul, fp32 matmul (the TF32 rate).
 H100 = {"bandwidth_bytes_s": 3.0e12, "flops_s": 750e12, "flops_s_fp32": 130e12}
 
 
@@ -268,7 +274,7 @@ def test_the_fp32_ceiling_is_bounded_by_the_peak_but_never_made_up_from_it():
 
 
 @pytest.mark.gpu
-def test_gpu_ceilings_measure_an_fp32_accurate_matmul_below_bf16():
+def test_gpu_ceilings_measure_an_fp32_matmul_below_bf16():
     torch.backends.cuda.matmul.allow_tf32 = False
     ceilings = reference_side.measure_ceilings(None, "cuda", {})
     assert torch.backends.cuda.matmul.allow_tf32 is False  # put back after the TF32 measurement
