@@ -772,22 +772,22 @@ def _dot_precision_changes(kernel: KernelDef) -> Iterator[_Change]:
         current = _string_literal(present)
         if present is not None and current is None:
             continue
-        effective = current or "tf32"  # Triton's default for fp32 operands
+        effective = (current or "tf32").lower()  # Triton's default for fp32 operands; it reads any case
         where = f"tl.dot in {kernel.name}"
         for option in DOT_PRECISIONS:
             if option == effective:
                 continue
             new_call = with_keyword(call, "input_precision", _quoted(option))
-            more_precise = PRECISION_ORDER.index(option) > PRECISION_ORDER.index(effective)
+            detail: dict[str, Any] = {"name": "input_precision", "old": current, "new": option}
+            if effective in PRECISION_ORDER:
+                more_precise = PRECISION_ORDER.index(option) > PRECISION_ORDER.index(effective)
+                detail["direction"] = "down" if more_precise else "up"
+            else:  # a precision this list does not rank (bf16x3, ...): only ieee is surely more precise
+                more_precise = option == "ieee"
             yield _change(
                 "dot_precision",
                 f"input_precision {current or 'default'} -> {option} on {where}",
                 [(call, new_call)],
                 safer=more_precise,
-                detail={
-                    "name": "input_precision",
-                    "old": current,
-                    "new": option,
-                    "direction": "down" if more_precise else "up",
-                },
+                detail=detail,
             )

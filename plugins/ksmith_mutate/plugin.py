@@ -308,6 +308,11 @@ def _grow_weight(edit: Edit) -> float:
     return GROW_TILE_WEIGHT * max(area, 0.25)
 
 
+def _faster_dot(pool: list[Edit]) -> bool:
+    """Whether a precision edit would make a product faster: a kernel already on TF32 has only slower ones."""
+    return any(e.kind == "dot_precision" and e.detail.get("direction") == "up" for e in pool)
+
+
 def _wants_bigger_tiles(verdict: Any) -> bool:
     """Compute-bound and far from the roofline: the tile does too little work per byte it loads."""
     fraction = getattr(verdict, "roofline_fraction", None)
@@ -373,7 +378,13 @@ def _pick_edit(
         # Far below the compute roofline, the kernel's structure is what is wrong: the config jump and the
         # TMA loads are tried before any other kind the bandit has not tried yet (after that, measured gains
         # decide as for every kind).
-        untried = [k for k in STRUCTURAL_FIRST if k in kinds and bandit.pulls[k] + pending[k] == 0]
+        untried = [
+            k
+            for k in STRUCTURAL_FIRST
+            if k in kinds
+            and bandit.pulls[k] + pending[k] == 0
+            and (k != "dot_precision" or _faster_dot(pool))
+        ]
         if grow:
             # Hints and group order cannot move a kernel at a third of its roofline: while the parent is that
             # far, only the edits that change the tiling, the loads or the dot's precision compete.

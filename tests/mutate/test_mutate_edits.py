@@ -220,6 +220,19 @@ def test_dot_tiles_group_m_and_precision():
     from_tf32 = {e.detail["new"]: e for e in possible_edits(tf32.source) if e.kind == "dot_precision"}
     assert from_tf32["tf32x3"].safer and from_tf32["ieee"].safer
     assert from_tf32["tf32x3"].detail["direction"] == "down"
+    # Triton reads the precision in any case, and an unranked one (bf16x3) still lists its edits.
+    upper = {
+        e.detail["new"]
+        for e in possible_edits(source.replace('"ieee"', '"IEEE"'))
+        if e.kind == "dot_precision"
+    }
+    assert upper == {"tf32", "tf32x3"}
+    other = {
+        e.detail["new"]: e
+        for e in possible_edits(source.replace('"ieee"', '"bf16x3"'))
+        if e.kind == "dot_precision"
+    }
+    assert set(other) == {"tf32", "ieee", "tf32x3"} and other["ieee"].safer and not other["tf32"].safer
 
 
 def test_gemm_config_moves_a_tiled_matmul_to_an_inductor_config_at_once():

@@ -265,6 +265,22 @@ def test_a_compute_bound_parent_far_from_its_roofline_tries_a_faster_dot_then_a_
             plan, {seed.candidate.id: list(edits)}, set(run.by_id), EditBandit(), Counter(), run.rng
         )
         assert edit.kind == "dot_precision" and edit.detail["new"] in ("tf32", "tf32x3"), edit.description
+    # Already on TF32 (the fastest), the precision has nothing faster to offer: the tile comes first.
+    on_tf32 = [e for e in edits if e.kind == "dot_precision" and e.detail["new"] == "tf32"][0]
+    tf32 = add_child(
+        run, seed, Proposal(on_tf32.source, (seed.candidate.id,), "", "dot_precision", "mutate"), far
+    )
+    tf32_edits = possible_edits(tf32.candidate.source)
+    run.rng.seed(0)
+    edit = plugin._pick_edit(
+        plugin._Plan(tf32, False, "improve"),
+        {tf32.candidate.id: list(tf32_edits)},
+        set(run.by_id),
+        EditBandit(),
+        Counter(),
+        run.rng,
+    )
+    assert edit.kind == "gemm_config", edit.description
     area = 32 * 32  # the seed's accumulator tile
     grown = 0
     for trial in range(30):
