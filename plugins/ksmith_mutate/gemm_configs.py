@@ -135,8 +135,7 @@ def gemm_config_changes(
     """Every Inductor config other than the current one, as node replacements for one launch site.
 
     Configurations the platform cannot compile are left out: tiles of ``element_bytes`` elements past
-    ``shared_memory_bytes``, and a
-    ``num_warps`` outside the platform's ``num_warps`` (MetaX takes at most 16).
+    ``shared_memory_bytes``, and a ``num_warps`` outside the platform's ``num_warps`` (MetaX takes at most 16).
 
     ``grid_literals`` maps each tile keyword to the ``cdiv`` literals of the grid that follow it (from the
     grid-coupling scan); the launch call is rebuilt with every keyword set, and each grid literal outside the

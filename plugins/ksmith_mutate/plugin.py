@@ -108,6 +108,7 @@ parent is not Python at all, only (1).
 from __future__ import annotations
 
 import ast
+import functools
 import logging
 from collections import Counter
 from collections.abc import Callable
@@ -252,6 +253,7 @@ HALF_DTYPES = {"float16", "half", "bfloat16"}
 FULL_DTYPES = {"float32", "float", "float64", "double"}
 
 
+@functools.lru_cache(maxsize=8)  # asked twice per proposal step (kinds_without_effect, problem_limits)
 def _half_precision_only(problem_source: str) -> bool:
     """Whether the problem's tensors are all half precision: it names ``torch.float16`` / ``torch.bfloat16`` /
     ``.half()`` and no fp32 dtype (a problem that names none makes fp32 tensors, torch's default)."""
@@ -375,9 +377,9 @@ def _pick_edit(
         pool = [e for e in remaining if e.safer] if plan.safer else remaining
         pool = pool or remaining
         kinds = [kind for kind in EDIT_KINDS if any(e.kind == kind for e in pool)]
-        # Far below the compute roofline, the kernel's structure is what is wrong: the config jump and the
-        # TMA loads are tried before any other kind the bandit has not tried yet (after that, measured gains
-        # decide as for every kind).
+        # Far below the compute roofline, the kernel's structure is what is wrong: a faster dot precision
+        # (where there is one), the config jump, the TMA loads and split-K are tried before any other kind the
+        # bandit has not tried yet (after that, measured gains decide as for every kind).
         untried = [
             k
             for k in STRUCTURAL_FIRST

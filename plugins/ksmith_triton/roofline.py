@@ -33,31 +33,25 @@ def roofline_bound(bytes_moved: float, flops: float, bandwidth_bytes_s: float, f
 
 
 def roofline_fraction(
-    runtime_ms: float,
-    bytes_moved: float,
-    flops: float,
-    ceilings: dict[str, float],
-    compute_dtype: str | None = None,
+    runtime_ms: float, bytes_moved: float, flops: float, bandwidth_bytes_s: float, flops_s: float
 ) -> float | None:
     """Floor time / measured time: 1.0 means the kernel runs at the hardware's limit."""
     if runtime_ms <= 0:
         return None
-    floor = floor_ms(
-        bytes_moved, flops, ceilings.get("bandwidth_bytes_s", 0.0), flops_ceiling(ceilings, compute_dtype)
-    )
+    floor = floor_ms(bytes_moved, flops, bandwidth_bytes_s, flops_s)
     return floor / runtime_ms if floor > 0 else None
 
 
 # Compute dtypes held to the fp32 matmul's ceiling: a bf16 matmul's rate is out of their reach. (fp64 has no
 # ceiling of its own; the fp32 one is still nearer than bf16's.)
-FP32_ACCURATE_DTYPES = ("float32", "float64")
+FP32_CEILING_DTYPES = ("float32", "float64")
 
 
 def flops_ceiling(ceilings: dict[str, float], compute_dtype: str | None) -> float:
     """The FLOP/s ceiling for a problem computing in ``compute_dtype``: ``flops_s_fp32`` for fp32 and fp64
     where it was measured, else the bf16 matmul's ``flops_s`` (bf16, fp16, no floating-point tensor at all,
     or ceilings cached before fp32 was measured)."""
-    if compute_dtype in FP32_ACCURATE_DTYPES and ceilings.get("flops_s_fp32", 0.0) > 0:
+    if compute_dtype in FP32_CEILING_DTYPES and ceilings.get("flops_s_fp32", 0.0) > 0:
         return float(ceilings["flops_s_fp32"])
     return float(ceilings.get("flops_s", 0.0))
 
@@ -73,12 +67,15 @@ def place_on_roofline(
 ) -> tuple[float | None, str | None]:
     """(roofline fraction, bound) of a call taking ``runtime_ms``, for the work ``meta`` describes (the
     reference process's ``input_bytes``, ``output_bytes``, ``param_bytes``, ``flops``, ``compute_dtype``)."""
-    moved, flops, dtype = bytes_moved(meta), float(meta.get("flops") or 0.0), meta.get("compute_dtype")
-    fraction = roofline_fraction(runtime_ms, moved, flops, ceilings, dtype)
-    bound = roofline_bound(
-        moved, flops, ceilings.get("bandwidth_bytes_s", 0.0), flops_ceiling(ceilings, dtype)
+    moved, flops = bytes_moved(meta), float(meta.get("flops") or 0.0)
+    bandwidth, flops_s = (
+        ceilings.get("bandwidth_bytes_s", 0.0),
+        flops_ceiling(ceilings, meta.get("compute_dtype")),
     )
-    return fraction, bound
+    return (
+        roofline_fraction(runtime_ms, moved, flops, bandwidth, flops_s),
+        roofline_bound(moved, flops, bandwidth, flops_s),
+    )
 
 
 def roofline_work(meta: dict[str, Any], ceilings: dict[str, float]) -> dict[str, Any]:
