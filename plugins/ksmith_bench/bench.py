@@ -352,7 +352,7 @@ class Bench:
 
     def _seed(self, problem: Problem) -> Candidate:
         """A first kernel from ``--seed-from``, kept in ``OUT/seeds/``: a resumed bench reuses it as long as
-        the problem is unchanged (its hash is stored beside it)."""
+        the problem and the seed method's options are unchanged (both are stored beside it)."""
         from ksmith_core.planning import seed_candidate
 
         directory = self.out_dir / SEEDS_DIR
@@ -363,13 +363,24 @@ class Bench:
                 stored = json.loads(facts.read_text())
             except ValueError:
                 stored = {}
-            if stored.get("problem_sha") == problem.sha and stored.get("method") == self.seed_from:
+            if (
+                stored.get("problem_sha") == problem.sha
+                and stored.get("method") == self.seed_from
+                and stored.get("options", {}) == dict(self.seed_options)
+            ):
                 return load_candidate(path)
         candidate = seed_candidate(problem, self.seed_from, self.config.eval, self.seed_options)
         directory.mkdir(parents=True, exist_ok=True)
         path.write_text(candidate.source, encoding="utf-8")
         facts.write_text(
-            json.dumps({"problem_sha": problem.sha, "method": self.seed_from, "candidate_id": candidate.id})
+            json.dumps(
+                {
+                    "problem_sha": problem.sha,
+                    "method": self.seed_from,
+                    "options": dict(self.seed_options),
+                    "candidate_id": candidate.id,
+                }
+            )
         )
         return candidate
 

@@ -10,19 +10,38 @@ import os
 import subprocess
 import sys
 
+import click
+
 from ksmith_core import hookimpl
 from ksmith_core.capabilities import SeedMethod
 from ksmith_core.model import Proposal
-from ksmith_inductor.seeding import InductorSeedError
+from ksmith_inductor.seeding import GEMM_TEMPLATES, InductorSeedError
 
 SEED_TIMEOUT_S = 900
+
+CLI_OPTIONS = (
+    click.Option(
+        ["--gemm-templates"],
+        type=click.Choice(GEMM_TEMPLATES),
+        default=None,
+        help="Seeds from inductor, on CUDA: the Triton kernel for each matmul and convolution is Inductor's "
+        "max-autotune template with its epilogue fused (inductor, the default) or ksmith's own template, "
+        "the form the mutate proposer's structural edits (tiles, TMA, split-K) rewrite (ksmith). "
+        "CPU seeds always use ksmith's.",
+    ),
+)
+
+
+def options_from_cli(values):
+    return {"gemm_templates": values["gemm_templates"]} if values.get("gemm_templates") else {}
 
 
 def seed_from_inductor(problem, options):
     device = options.get("device", "cpu")
     size = "small" if options.get("small", device == "cpu") else "full"
+    templates = (options.get("method_options") or {}).get("gemm_templates", "inductor")
     if device != "cuda":
-        return _seed(problem, device, size)
+        return _seed(problem, device, size, templates)
     # On a GPU the child runs the model at full size beside whatever else this process evaluates there, so it
     # takes a place in the GPU's memory gate (its presence makes the others' out-of-memory retried alone),
     # and an out-of-memory it meets beside others is retried with the GPU to itself, as evaluations are.
@@ -31,24 +50,24 @@ def seed_from_inductor(problem, options):
     from ksmith_triton.locks import physical_gpu
 
     if not admission.enabled():
-        return _seed(problem, device, size)
+        return _seed(problem, device, size, templates)
     gate = admission.gate_for("cuda", physical_gpu(0))
     with gate.admitted(0) as ticket:
         try:
-            return _seed(problem, device, size)
+            return _seed(problem, device, size, templates)
         except InductorSeedError as exc:
             if not ((ticket.overlapped or ticket.crowded_at_start) and memory_failure(str(exc))):
                 raise
     with gate.admitted(0, exclusive=True):
-        return _seed(problem, device, size)
+        return _seed(problem, device, size, templates)
 
 
-def _seed(problem, device: str, size: str) -> Proposal:
+def _seed(problem, device: str, size: str, templates: str) -> Proposal:
     from ksmith_triton.evaluator import serial_inductor_env
 
     try:
         proc = subprocess.run(
-            [sys.executable, "-m", "ksmith_inductor.seeding", str(problem.path), device, size],
+            [sys.executable, "-m", "ksmith_inductor.seeding", str(problem.path), device, size, templates],
             capture_output=True,
             text=True,
             timeout=SEED_TIMEOUT_S,
@@ -68,7 +87,11 @@ def _seed(problem, device: str, size: str) -> Proposal:
 
 
 INDUCTOR = SeedMethod(
-    "inductor", seed_from_inductor, "The Triton kernels torch.compile (Inductor) generates, as a ModelNew"
+    "inductor",
+    seed_from_inductor,
+    "The Triton kernels torch.compile (Inductor) generates, as a ModelNew",
+    CLI_OPTIONS,
+    options_from_cli,
 )
 
 

@@ -11,8 +11,12 @@ and writes a module defining ``ModelNew``:
   (``XBLOCK``, ``R0_BLOCK``, ..., ``num_warps``, ``num_stages``) as literal keyword arguments, with a grid that
   reads its block sizes from the launch meta, so the mutate proposer can tune them.
 
-A matmul Inductor hands to a library (``extern_kernels.mm``, ``bmm``, ``addmm``, ``baddbmm``) becomes a call
-of ksmith's own tiled Triton GEMM (``gemm_template.py``), its bias and scaling in the kernel's epilogue; a
+On CUDA, a problem with a matmul or convolution is compiled with Inductor's max-autotune and Triton as its only
+GEMM and convolution backend (``gemm_templates="inductor"``, the default): each becomes one of Inductor's own
+Triton templates with the epilogue Inductor fused into it, at the configuration its autotuner kept, launched on
+the fixed grid Inductor computed for it. Where that cannot make a seed, or with ``gemm_templates="ksmith"``
+(always on CPU, where Inductor has no Triton templates), a matmul Inductor hands to a library
+(``extern_kernels.mm``, ``bmm``, ``addmm``, ``baddbmm``) becomes a call of ksmith's own tiled Triton GEMM (``gemm_template.py``), its bias and scaling in the kernel's epilogue; a
 convolution handed to cuDNN or oneDNN (``extern_kernels.convolution``) becomes a call of ksmith's implicit-GEMM
 Triton convolution (``conv_template.py``), and ATen's fused attention (an eager fallback in Inductor's code) a
 call of ksmith's flash-attention kernel (``attention_template.py``); both write straight into the layout
@@ -52,8 +56,14 @@ from ksmith_inductor.gemm_template import GEMM_OPS, gemm_text
 
 NO_SEED = "no seed from inductor for this problem"
 
-# Inductor's autotuning decorators whose kernels a seed can launch with one fixed configuration.
-SUPPORTED_HEURISTICS = ("pointwise", "reduction", "persistent_reduction")
+# Inductor's autotuning decorators whose kernels a seed can launch with one fixed configuration (a template is
+# one of its max-autotune GEMM or convolution kernels, compiled for one configuration already).
+SUPPORTED_HEURISTICS = ("pointwise", "reduction", "persistent_reduction", "template")
+# Who writes the Triton kernel of a matmul or convolution: Inductor's max-autotune templates (CUDA only) or
+# ksmith's own templates, in the idiom the mutate proposer's structural edits recognise.
+GEMM_TEMPLATES = ("inductor", "ksmith")
+# The aten ops whose presence makes a CUDA seed compile with max-autotune templates.
+TEMPLATE_OPS = ("mm", "addmm", "bmm", "baddbmm", "convolution")
 # The axes of Inductor's grid types; axis ``a`` covers the kernel argument ``{a}numel`` in ``{A}BLOCK`` steps.
 GRID_AXES = {"Grid1D": ("x",), "Grid2D": ("x", "y"), "Grid3D": ("x", "y", "z")}
 # Grid2DWithYZOverflow folds a y grid above this into z; below it, it is Grid2D.
@@ -111,24 +121,48 @@ class InductorSeedError(KsmithError):
     """Inductor's output for a problem cannot become a seed (or Inductor could not compile it at all)."""
 
 
-def seed_from_inductor(problem: Problem, device: str, small: bool) -> str:
+def seed_from_inductor(problem: Problem, device: str, small: bool, gemm_templates: str = "inductor") -> str:
     """The source of a candidate whose kernels are the Triton kernels Inductor generates for ``problem``.
 
     ``device`` is ``"cuda"`` (compile, run once, read the autotuned configurations) or ``"cpu"`` (generate
     with Inductor's Triton CPU backend; the seed then runs under ``TRITON_INTERPRET=1``). With ``small`` the
-    problem's ``KSMITH_SMALL`` sizes apply, as the evaluator applies them.
+    problem's ``KSMITH_SMALL`` sizes apply, as the evaluator applies them. ``gemm_templates`` says whose
+    Triton kernels stand for matmuls and convolutions on CUDA (:data:`GEMM_TEMPLATES`); if Inductor's
+    templates cannot make a seed, ksmith's are used and the seed's docstring says why.
     """
     import torch
 
     if device not in ("cpu", "cuda"):
         raise InductorSeedError(f"device must be 'cpu' or 'cuda', not {device!r}")
+    if gemm_templates not in GEMM_TEMPLATES:
+        raise InductorSeedError(
+            f"gemm_templates must be one of {', '.join(GEMM_TEMPLATES)}, not {gemm_templates!r}"
+        )
     if device == "cuda" and not torch.cuda.is_available():
         raise InductorSeedError("device 'cuda' was asked for but torch sees no CUDA device")
     module = _load_problem_module(problem, small)
     with torch.random.fork_rng(devices=[]):  # the seeded construction must not reseed the caller
         traced = _trace(module, problem, device)
+    fallback = ""
+    if device == "cuda" and gemm_templates == "inductor" and _template_ops(traced.graph):
+        try:
+            generated = _generate(traced, device, inductor_templates=True)
+            return _write_seed(problem, traced, generated, device)
+        except InductorSeedError as exc:
+            fallback = str(exc).removesuffix(f": {NO_SEED}")
     generated = _generate(traced, device)
-    return _write_seed(problem, traced, generated, device)
+    return _write_seed(problem, traced, generated, device, fallback)
+
+
+def _template_ops(graph: Any) -> list[str]:
+    """The aten ops of ``graph`` that Inductor's max-autotune can give a Triton template."""
+    found = []
+    for node in graph.graph.nodes:
+        name = getattr(node.target, "__name__", "") if node.op == "call_function" else ""
+        op = name.split(".")[0]
+        if op in TEMPLATE_OPS and op not in found:
+            found.append(op)
+    return found
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -292,20 +326,30 @@ class Kernel:
     config: LaunchConfig
     params: list[str] = field(default_factory=list)
     constexpr_params: list[str] = field(default_factory=list)
+    grid_args: int = 0  # trailing launch arguments that are the grid itself (a template's FixedGrid)
 
 
 @dataclass
 class Generated:
     wrapper: str
     kernels: dict[str, Kernel]
+    inductor_templates: bool = (
+        False  # compiled with max-autotune Triton templates for matmuls and convolutions
+    )
 
 
 @contextlib.contextmanager
-def _inductor_settings(device: str) -> Iterator[None]:
-    """Fresh compilation (no cache may hide the generated code) and, on CPU, Inductor's Triton backend."""
+def _inductor_settings(device: str, inductor_templates: bool = False) -> Iterator[None]:
+    """Fresh compilation (no cache may hide the generated code); on CPU, Inductor's Triton backend; with
+    ``inductor_templates``, max-autotune with Triton as the only GEMM and convolution backend (its templates
+    then stand where a library call would, and Inductor fuses epilogues into them)."""
     import torch._inductor.config as inductor_config
 
     patches: dict[str, Any] = {"force_disable_caches": True}
+    if inductor_templates:
+        patches.update(
+            max_autotune=True, max_autotune_gemm_backends="TRITON", max_autotune_conv_backends="TRITON"
+        )
     with contextlib.ExitStack() as stack:
         if device == "cpu":
             patches["cpu_backend"] = "triton"
@@ -320,7 +364,7 @@ def _inductor_settings(device: str) -> Iterator[None]:
         yield
 
 
-def _generate(traced: Traced, device: str) -> Generated:
+def _generate(traced: Traced, device: str, inductor_templates: bool = False) -> Generated:
     import torch
     from torch._inductor.graph import GraphLowering
     from torch._inductor.utils import get_code, run_and_get_code
@@ -337,7 +381,7 @@ def _generate(traced: Traced, device: str) -> Generated:
         return module
 
     try:
-        with _inductor_settings(device), torch.no_grad():
+        with _inductor_settings(device, inductor_templates), torch.no_grad():
             if device == "cpu":
                 codes = get_code(compile_graph)
             else:
@@ -349,18 +393,26 @@ def _generate(traced: Traced, device: str) -> Generated:
     wrappers = [code for code in codes if re.search(r"^\s*def call\(", code, re.M)]
     if len(wrappers) != 1:
         raise InductorSeedError(f"Inductor produced {len(wrappers)} compiled graphs, expected one: {NO_SEED}")
-    wrapper = wrappers[0]
-    sources = _kernel_sources(wrapper)
+    return _described(wrappers[0], device, compiled_modules, inductor_templates)
+
+
+def _described(
+    wrapper: str, device: str, compiled_modules: list[types.ModuleType], inductor_templates: bool = False
+) -> Generated:
+    """The wrapper's kernels with the configuration each launches with."""
     kernels = {}
-    for name, source in sources.items():
+    for name, source in _kernel_sources(wrapper).items():
         heuristic = _heuristic_decorator(name, source)
         _check_heuristic(name, heuristic)
-        if device == "cpu":
+        grid_args = 0
+        if heuristic == "template":
+            config, grid_type, grid_args = _template_config(name, source)
+        elif device == "cpu":
             config, grid_type = _heuristic_config(name, source)
         else:
             config, grid_type = _autotuned_config(name, compiled_modules)
-        kernels[name] = _describe_kernel(name, source, heuristic, grid_type, config)
-    return Generated(wrapper, kernels)
+        kernels[name] = _describe_kernel(name, source, heuristic, grid_type, config, grid_args)
+    return Generated(wrapper, kernels, inductor_templates)
 
 
 def _kernel_sources(wrapper: str) -> dict[str, str]:
@@ -404,8 +456,11 @@ def _config_of(config: Any) -> LaunchConfig:
 
 def _heuristic_config(name: str, source: str) -> tuple[LaunchConfig, str]:
     """Build the kernel's autotuner as Inductor would, without compiling it, and take its first config."""
-    # set_driver_to_cpu wants triton-cpu; the autotuner object needs nothing from a driver.
-    source = "\n".join(line for line in source.splitlines() if "set_driver_to_cpu()" not in line)
+    # set_driver_to_cpu wants triton-cpu (set_driver_to_gpu, in a kernel generated on CUDA, a GPU); the
+    # autotuner object needs nothing from a driver.
+    source = "\n".join(
+        line for line in source.splitlines() if not re.search(r"set_driver_to_[cg]pu\(\)", line)
+    )
     with tempfile.TemporaryDirectory() as scratch:
         path = os.path.join(scratch, f"{name}.py")
         with open(path, "w", encoding="utf-8") as file:
@@ -416,6 +471,29 @@ def _heuristic_config(name: str, source: str) -> tuple[LaunchConfig, str]:
     if not tuner.configs:
         raise InductorSeedError(f"Inductor's heuristics gave kernel {name} no configuration: {NO_SEED}")
     return _config_of(tuner.configs[0]), tuner.inductor_meta.get("grid_type", "")
+
+
+def _template_config(name: str, source: str) -> tuple[LaunchConfig, str, int]:
+    """A template's one configuration, from its decorator: ``num_warps`` and ``num_stages`` (its block sizes
+    are ``tl.constexpr`` assignments in its body), the grid type and how many launch arguments are the grid."""
+    decorator = next(
+        d
+        for d in _kernel_function(name, source).decorator_list
+        if isinstance(d, ast.Call) and ast.unparse(d.func) == "triton_heuristics.template"
+    )
+    keywords = {k.arg: k.value for k in decorator.keywords}
+    try:
+        num_warps, num_stages = (ast.literal_eval(keywords[k]) for k in ("num_warps", "num_stages"))
+        meta = ast.literal_eval(keywords["inductor_meta"]) if "inductor_meta" in keywords else {}
+    except (KeyError, ValueError) as exc:
+        raise InductorSeedError(
+            f"template {name} has a decorator ksmith cannot read ({exc}): {NO_SEED}"
+        ) from None
+    grid_type = meta.get("grid_type", "")
+    extra = list(meta.get("extra_launcher_args", []))
+    if grid_type != "FixedGrid" or list(meta.get("fixed_grid", [])) != extra or len(extra) != 3:
+        raise InductorSeedError(f"template {name} uses Inductor grid {grid_type or '?'}: {NO_SEED}")
+    return LaunchConfig({}, int(num_warps), int(num_stages)), grid_type, len(extra)
 
 
 def _autotuned_config(name: str, compiled_modules: list[types.ModuleType]) -> tuple[LaunchConfig, str]:
@@ -435,13 +513,15 @@ def _autotuned_config(name: str, compiled_modules: list[types.ModuleType]) -> tu
 
 def _check_heuristic(name: str, heuristic: str) -> None:
     if heuristic not in SUPPORTED_HEURISTICS:
-        kind = {"template": "a matmul/conv template"}.get(heuristic, f"a {heuristic or 'custom'} kernel")
         raise InductorSeedError(
-            f"Inductor generated {name} as {kind}; seeds support pointwise and reduction kernels: {NO_SEED}"
+            f"Inductor generated {name} as a {heuristic or 'custom'} kernel; seeds support pointwise, reduction "
+            f"and template kernels: {NO_SEED}"
         )
 
 
-def _describe_kernel(name: str, source: str, heuristic: str, grid_type: str, config: LaunchConfig) -> Kernel:
+def _describe_kernel(
+    name: str, source: str, heuristic: str, grid_type: str, config: LaunchConfig, grid_args: int = 0
+) -> Kernel:
     function = _kernel_function(name, source)
     args = function.args
     params = [a.arg for a in [*args.args, *args.kwonlyargs]]
@@ -450,7 +530,7 @@ def _describe_kernel(name: str, source: str, heuristic: str, grid_type: str, con
         for a in [*args.args, *args.kwonlyargs]
         if a.annotation is not None and ast.unparse(a.annotation).endswith("constexpr")
     ]
-    return Kernel(name, source, heuristic, grid_type, config, params, constexprs)
+    return Kernel(name, source, heuristic, grid_type, config, params, constexprs, grid_args)
 
 
 def _kernel_function(name: str, source: str) -> ast.FunctionDef:
@@ -477,7 +557,9 @@ def _expect_layout(tensor: torch.Tensor, size: tuple, stride: tuple, name: str) 
 '''
 
 
-def _write_seed(problem: Problem, traced: Traced, generated: Generated, device: str) -> str:
+def _write_seed(
+    problem: Problem, traced: Traced, generated: Generated, device: str, fallback: str = ""
+) -> str:
     kernel_texts, kernel_imports, used_names = _kernel_texts(generated.kernels)
     writer = _ForwardWriter(traced, generated.kernels)
     forward_body = traced.bindings + writer.translate(generated.wrapper)
@@ -504,9 +586,18 @@ def _write_seed(problem: Problem, traced: Traced, generated: Generated, device: 
         "Launch configurations are literals to be tuned; they start from",
         f"{chosen}.",
         f"The kernels are compiled for these input shapes only: {shapes}.",
-        '"""',
-        "",
     ]
+    if generated.inductor_templates:
+        lines += [
+            "Matmuls and convolutions are Inductor's max-autotune Triton templates (epilogues fused), each",
+            "with the block sizes its autotuner kept, launched on the grid Inductor computed for them.",
+        ]
+    elif fallback:
+        lines += [
+            "Inductor's max-autotune templates could not seed this problem, so matmuls and convolutions are",
+            f"ksmith's templates; the reason: {fallback}.",
+        ]
+    lines += ['"""', ""]
     imports = ["import math", "import torch"] if writer.attentions else ["import torch"]
     helper_names = sorted(used_names.get("triton_helpers", set()) & set(INTERPRETER_HELPERS))
     libdevice_names = [n for n in libdevice_names if n in INTERPRETER_LIBDEVICE]
@@ -974,19 +1065,21 @@ class _ForwardWriter:
     def _launch(self, kernel: Kernel, call: ast.Call) -> list[str]:
         self.launches += 1
         runtime_params = [p for p in kernel.params if p not in kernel.config.kwargs]
-        if len(call.args) != len(runtime_params):
+        if len(call.args) != len(runtime_params) + kernel.grid_args:
             raise InductorSeedError(
                 f"kernel {kernel.name} is launched with {len(call.args)} arguments for parameters "
                 f"{', '.join(runtime_params)}: {NO_SEED}"
             )
         args = [self._expr(a) for a in call.args]
+        fixed_grid = args[len(runtime_params) :]  # a template's grid, computed by Inductor for its blocks
+        args = args[: len(runtime_params)]
         by_param = dict(zip(runtime_params, args))
         missing = [p for p in kernel.constexpr_params if p not in kernel.config.kwargs and p not in by_param]
         if missing:
             raise InductorSeedError(
                 f"kernel {kernel.name} has no value for constexpr {missing[0]}: {NO_SEED}"
             )
-        grid = self._grid(kernel, by_param)
+        grid = f"({', '.join(fixed_grid)})" if fixed_grid else self._grid(kernel, by_param)
         options = [f"{k}={v}" for k, v in kernel.config.kwargs.items() if k in kernel.constexpr_params]
         options += [f"num_warps={kernel.config.num_warps}", f"num_stages={kernel.config.num_stages}"]
         return [f"grid = {grid}", f"{kernel.name}[grid]({', '.join([*args, *options])})"]
@@ -1034,7 +1127,8 @@ def _literal_int(text: str | None, kernel: Kernel, axis: str = "y") -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m ksmith_inductor.seeding PROBLEM_PATH DEVICE small|full``: the seed on stdout.
+    """``python -m ksmith_inductor.seeding PROBLEM_PATH DEVICE small|full [inductor|ksmith]``: the seed on
+    stdout (the last argument is ``gemm_templates``).
 
     The plugin runs this in a child process, so the driver never imports a problem or runs Inductor itself.
     A seed that cannot be made is one line on stderr and exit code 2.
@@ -1044,11 +1138,21 @@ def main(argv: list[str] | None = None) -> int:
     from ksmith_core.loading import load_problem
 
     args = sys.argv[1:] if argv is None else argv
-    if len(args) != 3 or args[2] not in ("small", "full"):
-        sys.stderr.write("usage: python -m ksmith_inductor.seeding PROBLEM_PATH DEVICE small|full\n")
+    if (
+        len(args) not in (3, 4)
+        or args[2] not in ("small", "full")
+        or args[3:]
+        and args[3] not in GEMM_TEMPLATES
+    ):
+        sys.stderr.write(
+            "usage: python -m ksmith_inductor.seeding PROBLEM_PATH DEVICE small|full [inductor|ksmith]\n"
+        )
         return 2
+    templates = args[3] if len(args) == 4 else "inductor"
     try:
-        source = seed_from_inductor(load_problem(args[0]), args[1], small=args[2] == "small")
+        source = seed_from_inductor(
+            load_problem(args[0]), args[1], small=args[2] == "small", gemm_templates=templates
+        )
     except KsmithError as exc:
         sys.stderr.write(f"{exc}\n")
         return 2

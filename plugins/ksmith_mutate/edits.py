@@ -333,6 +333,33 @@ def without_keyword(call: cst.Call, name: str) -> cst.Call:
     return call
 
 
+def _bool_constant(kernel: KernelDef, node: cst.BaseExpression) -> bool | None:
+    """``True``/``False`` written there, or bound to that name once in the kernel's body as a constexpr
+    (``ALLOW_TF32 : tl.constexpr = False``); ``None`` for anything else."""
+    if isinstance(node, cst.Name) and node.value in ("True", "False"):
+        return node.value == "True"
+    if not isinstance(node, cst.Name):
+        return None
+    bound = [
+        statement.value
+        for line in kernel.node.body.body
+        if isinstance(line, cst.SimpleStatementLine)
+        for statement in line.body
+        if isinstance(statement, (cst.AnnAssign, cst.Assign))
+        and any(
+            isinstance(target, cst.Name) and target.value == node.value
+            for target in (
+                [statement.target]
+                if isinstance(statement, cst.AnnAssign)
+                else [t.target for t in statement.targets]
+            )
+        )
+    ]
+    if len(bound) == 1 and isinstance(bound[0], cst.Name) and bound[0].value in ("True", "False"):
+        return bound[0].value == "True"
+    return None
+
+
 def _string_literal(node: cst.BaseExpression | None) -> str | None:
     if isinstance(node, cst.SimpleString):
         value = node.evaluated_value
@@ -766,18 +793,25 @@ def _math_changes(kernel: KernelDef) -> Iterator[_Change]:
 
 def _dot_precision_changes(kernel: KernelDef) -> Iterator[_Change]:
     for call in kernel.dots:
-        if keyword_value(call, "allow_tf32") is not None:
-            continue  # the older spelling; setting both is an error
-        present = keyword_value(call, "input_precision")
-        current = _string_literal(present)
-        if present is not None and current is None:
-            continue
+        allow_tf32 = keyword_value(call, "allow_tf32")
+        if allow_tf32 is not None:
+            # the older spelling (Inductor's templates: allow_tf32=ALLOW_TF32, a constexpr bound in the body);
+            # it is replaced, since setting both is an error
+            allowed = _bool_constant(kernel, allow_tf32)
+            if allowed is None:
+                continue
+            current, base = ("tf32" if allowed else "ieee"), without_keyword(call, "allow_tf32")
+        else:
+            present = keyword_value(call, "input_precision")
+            current, base = _string_literal(present), call
+            if present is not None and current is None:
+                continue
         effective = (current or "tf32").lower()  # Triton's default for fp32 operands; it reads any case
         where = f"tl.dot in {kernel.name}"
         for option in DOT_PRECISIONS:
             if option == effective:
                 continue
-            new_call = with_keyword(call, "input_precision", _quoted(option))
+            new_call = with_keyword(base, "input_precision", _quoted(option))
             detail: dict[str, Any] = {"name": "input_precision", "old": current, "new": option}
             if effective in PRECISION_ORDER:
                 more_precise = PRECISION_ORDER.index(option) > PRECISION_ORDER.index(effective)

@@ -292,6 +292,10 @@ def test_seed_from_seeds_problems_without_a_kernel_keeps_the_seeds_and_reuses_th
         again = Bench(out, config, False, seed_from="toy-seed").run(paths)
         assert asked == ["unseedable"]  # the stored seed was reused; the failed one is tried again
         assert again["summary"]["not_evaluated"] == {"no_seed": 1}
+
+        asked.clear()  # the method's options changed (another --gemm-templates): the stored seed is not theirs
+        Bench(out, config, False, seed_from="toy-seed", seed_options={"gemm_templates": "ksmith"}).run(paths)
+        assert sorted(asked) == ["bare", "unseedable"]
     finally:
         pm.unregister(name="toy-seeder")
 

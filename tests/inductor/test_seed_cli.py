@@ -65,7 +65,8 @@ def test_a_gpu_seed_that_runs_out_of_memory_beside_others_is_retried_alone(monke
     gate = admission.gate_for("cuda", physical_gpu(0))
     calls = []
 
-    def fake_seed(problem, device, size):
+    def fake_seed(problem, device, size, templates):
+        assert templates == "inductor"  # Inductor's own GEMM templates unless --gemm-templates says otherwise
         calls.append(gate.snapshot())
         if len(calls) == 1:
             raise InductorSeedError("tracing Model.forward failed (OutOfMemoryError: CUDA out of memory.)")
@@ -92,7 +93,7 @@ def test_a_gpu_seed_that_runs_out_of_memory_beside_others_is_retried_alone(monke
     assert calls[0]["running"] == 2  # the first try ran beside the evaluation
     assert calls[1]["running"] == 1  # the retry had the GPU to itself
 
-    def always_out_of_memory(problem, device, size):
+    def always_out_of_memory(problem, device, size, templates):
         raise InductorSeedError("tracing Model.forward failed (OutOfMemoryError: CUDA out of memory.)")
 
     monkeypatch.setattr(plugin, "_seed", always_out_of_memory)
@@ -103,14 +104,23 @@ def test_a_gpu_seed_that_runs_out_of_memory_beside_others_is_retried_alone(monke
 def test_the_seeding_process_compiles_without_a_pool_of_compile_workers(monkeypatch, tmp_path):
     from ksmith_inductor import plugin
 
-    seen = {}
+    seen, commands = {}, []
 
     def fake_run(cmd, **kwargs):
         seen.update(kwargs["env"])
+        commands.append(cmd)
         return subprocess.CompletedProcess(cmd, 0, stdout="class ModelNew: pass\n", stderr="")
 
     monkeypatch.delenv("TORCHINDUCTOR_COMPILE_THREADS", raising=False)
     monkeypatch.setattr(plugin.subprocess, "run", fake_run)
     problem = type("P", (), {"path": tmp_path / "p.py", "name": "p"})()
-    assert plugin._seed(problem, "cuda", "full").proposer == "inductor"
+    assert plugin._seed(problem, "cuda", "full", "inductor").proposer == "inductor"
     assert seen["TORCHINDUCTOR_COMPILE_THREADS"] == "1" and seen["PATH"] == os.environ["PATH"]
+    # --gemm-templates reaches the seeding process (its last argument)
+    options = {
+        "device": "cpu",
+        "small": True,
+        "method_options": plugin.options_from_cli({"gemm_templates": "ksmith"}),
+    }
+    plugin.seed_from_inductor(problem, options)
+    assert commands[-1][-3:] == ["cpu", "small", "ksmith"]

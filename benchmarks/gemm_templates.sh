@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Seeds from Inductor with each kind of GEMM template (`--gemm-templates inductor|ksmith`) on nine GEMM and
+# convolution problems: the shipped suite's matmul, matmul_bias_relu, matmul_gelu, bmm and conv2d_bias_relu, and
+# KernelBench's level-1 1 and 17 and level-2 56 and 76. Each seed is judged once by `ksmith bench`; rows go to
+# $OUT/{inductor,ksmith}/results.jsonl (docs/benchmarks.md section 6d).
+#
+#   KERNELBENCH=~/KernelBench/KernelBench bash benchmarks/gemm_templates.sh
+#
+# KERNELBENCH: a directory holding KernelBench's level1/ and level2/ (not shipped with ksmith). Where dependency
+# wheels were carried in .whl/ (a machine without network), they are installed first.
+set -u
+cd "$(dirname "$0")/.."
+if [ -d .whl ]; then
+  python -m pip install -q --no-deps --target /tmp/site .whl/*.whl
+  export PYTHONPATH=/tmp/site
+  python -m pip install -q --no-deps --no-build-isolation -e . > /dev/null 2>&1
+fi
+OUT=${OUT:-$PWD/gemm_templates_out}
+P=plugins/ksmith_problems/problems K=${KERNELBENCH:-.carry/kernelbench}
+PROBLEMS=$(mktemp -d)
+cp $P/matmul/matmul.py $P/matmul/matmul_bias_relu.py $P/matmul/matmul_gelu.py $P/matmul/bmm.py \
+  $P/pooling/conv2d_bias_relu.py $K/level1/1_Square_matrix_multiplication_.py \
+  $K/level1/17_Matmul_with_transposed_B.py $K/level2/56_Matmul_Sigmoid_Sum.py $K/level2/76_Gemm_Add_ReLU.py "$PROBLEMS/"
+mkdir -p "$OUT"
+{ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+  python -c 'import torch, triton; print(torch.__version__, triton.__version__)'; git rev-parse --short HEAD 2>/dev/null
+  date -u; } > "$OUT/env.txt"
+for T in ${TEMPLATES:-inductor ksmith}; do
+  ksmith bench "$PROBLEMS" --seed-from inductor --gemm-templates "$T" --device cuda --parallel 4 -o "$OUT/$T" \
+    --json > "$OUT/$T.log" 2>&1
+  echo "bench $T rc=$?"
+done
+python - "$OUT" <<'PY'
+import json, math, sys
+from pathlib import Path
+
+out = Path(sys.argv[1])
+rows = {}
+for kind in ("inductor", "ksmith"):
+    path = out / kind / "results.jsonl"
+    if path.is_file():
+        for line in path.read_text().splitlines():
+            row = json.loads(line)
+            rows.setdefault(row["problem"], {})[kind] = row
+print(f"{'problem':34} {'inductor vs compile':>20} {'ksmith vs compile':>18}")
+for name, kinds in rows.items():
+    cells = [kinds.get(k, {}).get("speedup_vs_compile") for k in ("inductor", "ksmith")]
+    print(f"{name:34} " + " ".join(f"{c:>19.3f}x" if c else f"{'-':>20}" for c in cells))
+for kind in ("inductor", "ksmith"):
+    values = [k[kind]["speedup_vs_compile"] for k in rows.values() if k.get(kind, {}).get("speedup_vs_compile")]
+    if values:
+        print(f"{kind}: geomean {math.exp(sum(map(math.log, values)) / len(values)):.3f}x over {len(values)}")
+PY
