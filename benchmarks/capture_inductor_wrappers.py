@@ -7,7 +7,7 @@ Inductor has Triton GEMM templates on GPUs only. Run on a GPU machine::
         plugins/ksmith_problems/problems/matmul/matmul.py plugins/ksmith_problems/problems/matmul/matmul_bias_relu.py
 
 Each problem is traced and compiled exactly as ``ksmith seed --from inductor`` does on CUDA, at the problem's
-small sizes unless ``--full``; ``OUT/NAME.wrapper.py`` is the generated module that defines ``call``.
+small sizes unless ``--full``; ``OUT/NAME.wrapper.txt`` is the generated module that defines ``call``.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def main() -> int:
             )
         wrapper = next(code for code in codes if re.search(r"^\s*def call\(", code, re.M))
         wrapper = re.sub(r"^# kernel path: .*\n", "", wrapper, flags=re.M)  # the machine's cache directory
-        target = args.out / f"{path.stem}.wrapper.py"
+        target = args.out / f"{path.stem}.wrapper.txt"
         target.write_text(wrapper)
         templates = wrapper.count("async_compile.triton('triton_tem_")
         print(f"{target}: {templates} template kernel(s)")

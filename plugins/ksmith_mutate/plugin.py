@@ -251,22 +251,29 @@ def _plans(run: Any, selection: Selection) -> list[_Plan]:
 
 HALF_DTYPES = {"float16", "half", "bfloat16"}
 FULL_DTYPES = {"float32", "float", "float64", "double"}
+DOUBLE_DTYPES = {"float64", "double"}
 
 
 @functools.lru_cache(maxsize=8)  # asked twice per proposal step (kinds_without_effect, problem_limits)
-def _half_precision_only(problem_source: str) -> bool:
-    """Whether the problem's tensors are all half precision: it names ``torch.float16`` / ``torch.bfloat16`` /
-    ``.half()`` and no fp32 dtype (a problem that names none makes fp32 tensors, torch's default)."""
+def _named_dtypes(problem_source: str) -> frozenset[str]:
+    """The dtypes the problem names: ``torch.float16`` / ``torch.float64`` / ..., and ``x.half()`` /
+    ``x.double()`` / ... (a problem that names none makes fp32 tensors, torch's default)."""
     try:
         tree = ast.parse(problem_source)
     except SyntaxError:
-        return False
+        return frozenset()
     named: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "torch":
             named.add(node.attr)
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and not node.args:
             named.add(node.func.attr)  # x.half(), x.float()
+    return frozenset(named & (HALF_DTYPES | FULL_DTYPES))
+
+
+def _half_precision_only(problem_source: str) -> bool:
+    """Whether the problem's tensors are all half precision (it names a half dtype and no full one)."""
+    named = _named_dtypes(problem_source)
     return bool(named & HALF_DTYPES) and not named & FULL_DTYPES
 
 
@@ -281,8 +288,13 @@ def kinds_without_effect(problem_source: str) -> frozenset[str]:
 
 def problem_limits(problem_source: str) -> Limits:
     """The platform's limits with the problem's operand element size: fp32 tiles take twice the shared memory
-    of half ones, so a tile that fits at two bytes may not compile at four (and would cost an evaluation)."""
-    return replace(platform_limits(), element_bytes=2 if _half_precision_only(problem_source) else 4)
+    of half ones, so a tile that fits at two bytes may not compile at four (and would cost an evaluation);
+    a problem that names fp64 is sized at its eight."""
+    if _named_dtypes(problem_source) & DOUBLE_DTYPES:
+        element_bytes = 8
+    else:
+        element_bytes = 2 if _half_precision_only(problem_source) else 4
+    return replace(platform_limits(), element_bytes=element_bytes)
 
 
 def _momentum(by_id: dict[str, Scored], scored: Scored) -> tuple[str, str] | None:

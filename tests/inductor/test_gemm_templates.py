@@ -37,7 +37,7 @@ def seed_from_wrapper(relative: str) -> tuple[Problem, str]:
     problem = load_problem(SUITE / relative)
     module = seeding._load_problem_module(problem, small=True)
     traced = seeding._trace(module, problem, "cpu")  # the same graph, inputs in the same order, as on CUDA
-    wrapper = (WRAPPERS / f"{Path(relative).stem}.wrapper.py").read_text()
+    wrapper = (WRAPPERS / f"{Path(relative).stem}.wrapper.txt").read_text()
     generated = seeding._described(wrapper, "cpu", [], inductor_templates=True)
     return problem, seeding._write_seed(problem, traced, generated, "cuda")
 
@@ -89,7 +89,7 @@ def test_dot_precision_edit_rewrites_the_templates_allow_tf32() -> None:
 
 def test_a_template_on_another_grid_is_refused_in_one_line() -> None:
     wrapper = (
-        (WRAPPERS / "matmul.wrapper.py").read_text().replace("'grid_type': 'FixedGrid'", "'grid_type': 'X'")
+        (WRAPPERS / "matmul.wrapper.txt").read_text().replace("'grid_type': 'FixedGrid'", "'grid_type': 'X'")
     )
     with pytest.raises(InductorSeedError) as caught:
         seeding._described(wrapper, "cpu", [], inductor_templates=True)

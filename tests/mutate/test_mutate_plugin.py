@@ -236,9 +236,12 @@ def test_dot_precision_is_skipped_for_half_precision_problems(make_run):
     mixed = half + "\n\ndef reference(x):\n    return x.float()\n"
     assert plugin.kinds_without_effect(mixed) == frozenset()
     assert plugin.kinds_without_effect((KERNELS / "matmul_bias_relu.py").read_text()) == frozenset()
-    # The operands' size decides which tiles fit in shared memory: two bytes for half problems, four otherwise.
+    # The operands' size decides which tiles fit in shared memory: two bytes for half problems, four otherwise,
+    # eight where the problem names fp64.
     assert plugin.problem_limits(half).element_bytes == 2
     assert plugin.problem_limits(mixed).element_bytes == 4
+    assert plugin.problem_limits(half.replace("float16", "float64")).element_bytes == 8
+    assert plugin.problem_limits(mixed.replace("x.float()", "x.double()")).element_bytes == 8
     assert (
         plugin.problem_limits(
             "import torch\n\ndef get_inputs():\n    return [torch.rand(8, 8)]\n"
