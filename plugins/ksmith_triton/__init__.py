@@ -12,4 +12,5 @@ per-GPU lock (exclusive while timing, shared for other GPU work), ``admission.py
 # 4: torch.compile references autotune with ksmith's timing loop (inductor_tuning.py)
 # 5: fp32 convolutions without TF32 in the reference and the candidate (child_common.fp32_means_fp32)
 # 6: the roofline counts FLOPs (torch's counter) and parameter bytes, with a FLOP/s ceiling by compute dtype
-PROTOCOL_VERSION = 6
+# 7: fused attention's FLOPs priced by ksmith (a causal mask computes about half of the scores)
+PROTOCOL_VERSION = 7

@@ -11,6 +11,7 @@ candidate's outputs arrive as raw bytes or CUDA IPC handles, read by ``compare.p
 
 from __future__ import annotations
 
+import math
 import resource
 import types
 import weakref
@@ -385,7 +386,10 @@ def forward_counting_flops(
     try:
         from torch.utils.flop_counter import FlopCounterMode
 
-        with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        with (
+            torch.no_grad(),
+            FlopCounterMode(display=False, custom_mapping=attention_flop_formulas()) as counter,
+        ):
             out = model(*inputs)
         return out, {"flops": float(counter.get_total_flops()), "flops_source": "counted"}, inputs
     except Exception as exc:  # noqa: BLE001 - a model the counter cannot follow (torch.compile inside, ...)
@@ -396,6 +400,48 @@ def forward_counting_flops(
         {"flops": 0.0, "flops_source": "uncounted", "flops_error": reason},
         fresh,
     )
+
+
+# ATen's fused attention kernels and where each takes ``is_causal``. torch's counter prices the first three as
+# full attention whatever the mask, and the CPU kernel not at all.
+ATTENTION_OPS = (
+    "_scaled_dot_product_flash_attention",
+    "_scaled_dot_product_efficient_attention",
+    "_scaled_dot_product_cudnn_attention",
+    "_scaled_dot_product_flash_attention_for_cpu",
+)
+
+
+def attention_flop_formulas() -> dict[Any, Any]:
+    """``FlopCounterMode`` formulas for ATen's fused attention that price a causal mask: only the score entries
+    on or below the diagonal (top-left aligned, as PyTorch's ``is_causal``) are computed."""
+    import torch
+
+    formulas = {}
+    for name in ATTENTION_OPS:
+        packet = getattr(torch.ops.aten, name, None)
+        arguments = [a.name for a in packet.default._schema.arguments] if packet is not None else []
+        if "is_causal" in arguments:
+            formulas[packet] = _attention_formula(arguments.index("is_causal") - 3)
+    return formulas
+
+
+def _attention_formula(causal_at: int) -> Callable[..., int]:
+    def formula(query: Any, key: Any, value: Any, *args: Any, out_val: Any = None, **kwargs: Any) -> int:
+        *batch_q, s_q, d = query.shape
+        s_k, d_v = key.shape[-2], value.shape[-1]
+        rows = math.prod(batch_q)  # batch x heads (grouped key/value heads are broadcast to the query's)
+        causal = kwargs.get("is_causal", args[causal_at] if len(args) > causal_at else False)
+        # score entries computed per (batch, head): all, or under a causal mask row i's first min(i + 1, s_k)
+        if causal:
+            below = min(s_q, s_k)
+            scores = below * (below + 1) // 2 + max(0, s_q - s_k) * s_k
+        else:
+            scores = s_q * s_k
+        return 2 * rows * scores * d + 2 * rows * scores * d_v  # q @ k^T, then the weights @ v
+
+    formula._get_raw = True  # called with the tensors and flags themselves, not their shapes
+    return formula
 
 
 def input_signature(inputs: list[Any]) -> tuple[Any, ...]:
