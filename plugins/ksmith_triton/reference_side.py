@@ -11,11 +11,12 @@ candidate's outputs arrive as raw bytes or CUDA IPC handles, read by ``compare.p
 
 from __future__ import annotations
 
+import contextlib
 import math
 import resource
 import types
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -664,13 +665,29 @@ def matmul_flops_s(device: str, timers: dict[str, Any], dtype: Any, allow_tf32: 
     def matmul() -> None:
         torch.matmul(a, b, out=out)
 
-    before = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = allow_tf32
-    try:
+    with matmul_tf32(allow_tf32):
         ms = median(time_calls(device, matmul, [[]], timers, 20, 3).samples_ms)
-    finally:
-        torch.backends.cuda.matmul.allow_tf32 = before
     return 2 * size**3 / (ms * 1e-3)
+
+
+@contextlib.contextmanager
+def matmul_tf32(enabled: bool) -> Iterator[None]:
+    """fp32 matmuls in TF32 (or not) inside the block, the process's setting put back after it. Through
+    ``fp32_precision`` where torch has it: once a problem has set that (or ``set_float32_matmul_precision``),
+    reading the legacy ``allow_tf32`` raises ("mix of the legacy and new APIs"); the new switch reads right
+    whichever API set it."""
+    import torch
+
+    matmul = torch.backends.cuda.matmul
+    name, value = ("fp32_precision", "tf32" if enabled else "ieee")
+    if not hasattr(matmul, "fp32_precision"):  # torch before 2.9
+        name, value = "allow_tf32", enabled
+    before = getattr(matmul, name)
+    setattr(matmul, name, value)
+    try:
+        yield
+    finally:
+        setattr(matmul, name, before)
 
 
 def median(samples: list[float]) -> float:

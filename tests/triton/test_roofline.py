@@ -5,6 +5,8 @@ memory-bound at 0.0008 of its roofline when FLOPs were 0 and its 4 GiB weight wa
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -305,3 +307,28 @@ def test_gpu_ceilings_measure_an_fp32_matmul_below_bf16():
     assert torch.backends.cuda.matmul.allow_tf32 is False  # put back after the TF32 measurement
     assert ceilings["bandwidth_bytes_s"] > 0
     assert 0 < ceilings["flops_s_fp32"] < ceilings["flops_s"]
+
+
+def test_the_tf32_switch_is_set_and_put_back_whichever_api_the_problem_used():
+    """A problem that set TF32 through the new API (after the process turned it off through the legacy one)
+    made reading the legacy ``allow_tf32`` raise; the ceiling's switch reads and restores the new one. (In a
+    process of its own: the mixed state it makes would stay with this one.)"""
+    script = """
+import pytest, torch
+from ksmith_triton.reference_side import matmul_tf32
+matmul = torch.backends.cuda.matmul
+matmul.allow_tf32 = False  # fp32_means_fp32, before the problem module runs
+matmul.fp32_precision = "tf32"  # the problem's own choice
+with pytest.raises(RuntimeError, match="mix of the legacy and new APIs"):
+    matmul.allow_tf32  # what the ceiling measurement used to read
+with matmul_tf32(False):
+    assert matmul.fp32_precision == "ieee"
+assert matmul.fp32_precision == "tf32"
+torch.set_float32_matmul_precision("highest")
+with matmul_tf32(True):
+    assert matmul.fp32_precision == "tf32"
+assert matmul.fp32_precision == "ieee"
+print("ok")
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
