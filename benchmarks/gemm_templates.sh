@@ -2,9 +2,11 @@
 # Seeds from Inductor with each kind of GEMM template (`--gemm-templates inductor|ksmith`) on nine GEMM and
 # convolution problems: the shipped suite's matmul, matmul_bias_relu, matmul_gelu, bmm and conv2d_bias_relu, and
 # KernelBench's level-1 1 and 17 and level-2 56 and 76. Each seed is judged once by `ksmith bench`; rows go to
-# $OUT/{inductor,ksmith}/results.jsonl (docs/benchmarks.md section 6d).
+# $OUT/{inductor,ksmith}/results.jsonl (docs/benchmarks.md section 6d). With EVOLVE=1, the suite's five are
+# evolved instead (budget 16) from Inductor-template seeds, rows in $OUT/evolve-suite/results.jsonl.
 #
 #   KERNELBENCH=~/KernelBench/KernelBench bash benchmarks/gemm_templates.sh
+#   EVOLVE=1 bash benchmarks/gemm_templates.sh
 #
 # KERNELBENCH: a directory holding KernelBench's level1/ and level2/ (not shipped with ksmith). Where dependency
 # wheels were carried in .whl/ (a machine without network), they are installed first.
@@ -17,14 +19,23 @@ if [ -d .whl ]; then
 fi
 OUT=${OUT:-$PWD/gemm_templates_out}
 P=plugins/ksmith_problems/problems K=${KERNELBENCH:-.carry/kernelbench}
-PROBLEMS=$(mktemp -d)
-cp $P/matmul/matmul.py $P/matmul/matmul_bias_relu.py $P/matmul/matmul_gelu.py $P/matmul/bmm.py \
-  $P/pooling/conv2d_bias_relu.py $K/level1/1_Square_matrix_multiplication_.py \
-  $K/level1/17_Matmul_with_transposed_B.py $K/level2/56_Matmul_Sigmoid_Sum.py $K/level2/76_Gemm_Add_ReLU.py "$PROBLEMS/"
 mkdir -p "$OUT"
 { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
   python -c 'import torch, triton; print(torch.__version__, triton.__version__)'; git rev-parse --short HEAD 2>/dev/null
   date -u; } > "$OUT/env.txt"
+if [ "${EVOLVE:-0}" = 1 ]; then
+  SUITE=$(mktemp -d)
+  cp $P/matmul/matmul.py $P/matmul/matmul_bias_relu.py $P/matmul/matmul_gelu.py $P/matmul/bmm.py \
+    $P/pooling/conv2d_bias_relu.py "$SUITE/"
+  ksmith bench "$SUITE" --evolve --budget 16 --seed-from inductor --gemm-templates inductor --device cuda \
+    --parallel 4 -o "$OUT/evolve-suite" --json > "$OUT/evolve-suite.log" 2>&1
+  echo "bench --evolve rc=$?"
+  exit 0
+fi
+PROBLEMS=$(mktemp -d)
+cp $P/matmul/matmul.py $P/matmul/matmul_bias_relu.py $P/matmul/matmul_gelu.py $P/matmul/bmm.py \
+  $P/pooling/conv2d_bias_relu.py $K/level1/1_Square_matrix_multiplication_.py \
+  $K/level1/17_Matmul_with_transposed_B.py $K/level2/56_Matmul_Sigmoid_Sum.py $K/level2/76_Gemm_Add_ReLU.py "$PROBLEMS/"
 for T in ${TEMPLATES:-inductor ksmith}; do
   ksmith bench "$PROBLEMS" --seed-from inductor --gemm-templates "$T" --device cuda --parallel 4 -o "$OUT/$T" \
     --json > "$OUT/$T.log" 2>&1
