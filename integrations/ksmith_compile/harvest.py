@@ -302,8 +302,8 @@ def _linear_seed(
     nodes: list[torch.fx.Node], activations: list[torch.fx.Node], weights: list[torch.fx.Node], origin: str
 ) -> str | None:
     """A plain Triton GEMM seed for ``linear`` regions (no bias) alone or followed by ``+ other``,
-    ``* other`` or ``silu(.) * other``, else None: the matmul problems Inductor writes no Triton seed for (it
-    calls an extern matmul)."""
+    ``* other`` or ``silu(.) * other``, else None: harvest writes it with the problem, on any machine (on CPU
+    Inductor calls an extern matmul; ``ksmith seed --from inductor`` on a GPU can use Inductor's templates)."""
     first = nodes[0]
     if first.op != "call_function" or first.target not in (torch._C._nn.linear, F.linear) or first.kwargs:
         return None

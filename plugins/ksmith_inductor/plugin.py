@@ -33,7 +33,8 @@ CLI_OPTIONS = (
 
 
 def options_from_cli(values):
-    return {"gemm_templates": values["gemm_templates"]} if values.get("gemm_templates") else {}
+    # Always the effective choice: a bench keys its stored seeds on these options.
+    return {"gemm_templates": values.get("gemm_templates") or "inductor"}
 
 
 def seed_from_inductor(problem, options):
@@ -64,23 +65,28 @@ def seed_from_inductor(problem, options):
 
 def _seed(problem, device: str, size: str, templates: str) -> Proposal:
     from ksmith_triton.evaluator import serial_inductor_env
+    from ksmith_triton.locks import physical_gpu, shared_gpu_lock
 
     try:
-        proc = subprocess.run(
-            [sys.executable, "-m", "ksmith_inductor.seeding", str(problem.path), device, size, templates],
-            capture_output=True,
-            text=True,
-            timeout=SEED_TIMEOUT_S,
-            env={**os.environ, **serial_inductor_env()},
-        )
+        # Inductor runs and autotunes on the GPU (max-autotune benchmarks its templates for a minute): it holds
+        # the GPU's lock shared, so no evaluation's timed loop runs beside that load.
+        with shared_gpu_lock(device, physical_gpu(0)):
+            proc = subprocess.run(
+                [sys.executable, "-m", "ksmith_inductor.seeding", str(problem.path), device, size, templates],
+                capture_output=True,
+                text=True,
+                timeout=SEED_TIMEOUT_S,
+                env={**os.environ, **serial_inductor_env()},
+            )
     except subprocess.TimeoutExpired:
         raise InductorSeedError(f"Inductor took more than {SEED_TIMEOUT_S} s for {problem.name}") from None
     if proc.returncode != 0:
         lines = [line for line in proc.stderr.strip().splitlines() if line.strip()]
         raise InductorSeedError(lines[-1] if lines else f"seeding failed with exit code {proc.returncode}")
+    kernels = ", Inductor's GEMM templates" if "def triton_tem_" in proc.stdout else ""
     return Proposal(
         source=proc.stdout,
-        edit=f"seeded from Inductor ({device}, {size} size)",
+        edit=f"seeded from Inductor ({device}, {size} size{kernels})",
         edit_kind="inductor-seed",
         proposer="inductor",
     )

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import copy
 import inspect
 import math
 import os
@@ -44,7 +45,7 @@ import textwrap
 import types
 import warnings
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 from unittest import mock
 
@@ -143,15 +144,33 @@ def seed_from_inductor(problem: Problem, device: str, small: bool, gemm_template
     module = _load_problem_module(problem, small)
     with torch.random.fork_rng(devices=[]):  # the seeded construction must not reseed the caller
         traced = _trace(module, problem, device)
+    return _seed_source(problem, traced, device, gemm_templates)
+
+
+def _seed_source(problem: Problem, traced: Traced, device: str, gemm_templates: str) -> str:
+    """Inductor's templates for the problem's matmuls and convolutions where asked and possible (CUDA), else
+    ksmith's, with the reason the templates could not seed in the seed's docstring. An out-of-memory is not
+    such a reason: it is raised, so the caller can retry with the GPU to itself."""
     fallback = ""
     if device == "cuda" and gemm_templates == "inductor" and _template_ops(traced.graph):
+        # compile_fx rewrites the graph it is given; the fallback compiles the graph as traced
+        attempt = replace(traced, graph=copy.deepcopy(traced.graph))
         try:
-            generated = _generate(traced, device, inductor_templates=True)
-            return _write_seed(problem, traced, generated, device)
-        except InductorSeedError as exc:
-            fallback = str(exc).removesuffix(f": {NO_SEED}")
+            generated = _generate(attempt, device, inductor_templates=True)
+            return _write_seed(problem, attempt, generated, device)
+        except Exception as exc:  # noqa: BLE001 - any failure of the template path falls back, with its reason
+            reason = str(exc) if isinstance(exc, InductorSeedError) else _one_line(exc)
+            if _out_of_memory(reason):
+                raise
+            fallback = reason.removesuffix(f": {NO_SEED}")
     generated = _generate(traced, device)
     return _write_seed(problem, traced, generated, device, fallback)
+
+
+def _out_of_memory(message: str) -> bool:
+    from ksmith_triton.evaluator import memory_failure
+
+    return memory_failure(message)
 
 
 def _template_ops(graph: Any) -> list[str]:
@@ -333,9 +352,6 @@ class Kernel:
 class Generated:
     wrapper: str
     kernels: dict[str, Kernel]
-    inductor_templates: bool = (
-        False  # compiled with max-autotune Triton templates for matmuls and convolutions
-    )
 
 
 @contextlib.contextmanager
@@ -347,8 +363,16 @@ def _inductor_settings(device: str, inductor_templates: bool = False) -> Iterato
 
     patches: dict[str, Any] = {"force_disable_caches": True}
     if inductor_templates:
+        # conv_1x1_as_mm: a 1x1 convolution as an mm gets the GEMM template (else Inductor may keep a library
+        # mm for it); persistent TMA templates stay off whatever the environment says, so seeds reproduce
         patches.update(
-            max_autotune=True, max_autotune_gemm_backends="TRITON", max_autotune_conv_backends="TRITON"
+            {
+                "max_autotune": True,
+                "max_autotune_gemm_backends": "TRITON",
+                "max_autotune_conv_backends": "TRITON",
+                "conv_1x1_as_mm": True,
+                "triton.enable_persistent_tma_matmul": False,
+            }
         )
     with contextlib.ExitStack() as stack:
         if device == "cpu":
@@ -393,12 +417,10 @@ def _generate(traced: Traced, device: str, inductor_templates: bool = False) -> 
     wrappers = [code for code in codes if re.search(r"^\s*def call\(", code, re.M)]
     if len(wrappers) != 1:
         raise InductorSeedError(f"Inductor produced {len(wrappers)} compiled graphs, expected one: {NO_SEED}")
-    return _described(wrappers[0], device, compiled_modules, inductor_templates)
+    return _described(wrappers[0], device, compiled_modules)
 
 
-def _described(
-    wrapper: str, device: str, compiled_modules: list[types.ModuleType], inductor_templates: bool = False
-) -> Generated:
+def _described(wrapper: str, device: str, compiled_modules: list[types.ModuleType]) -> Generated:
     """The wrapper's kernels with the configuration each launches with."""
     kernels = {}
     for name, source in _kernel_sources(wrapper).items():
@@ -412,7 +434,7 @@ def _described(
         else:
             config, grid_type = _autotuned_config(name, compiled_modules)
         kernels[name] = _describe_kernel(name, source, heuristic, grid_type, config, grid_args)
-    return Generated(wrapper, kernels, inductor_templates)
+    return Generated(wrapper, kernels)
 
 
 def _kernel_sources(wrapper: str) -> dict[str, str]:
@@ -477,17 +499,20 @@ def _template_config(name: str, source: str) -> tuple[LaunchConfig, str, int]:
     """A template's one configuration, from its decorator: ``num_warps`` and ``num_stages`` (its block sizes
     are ``tl.constexpr`` assignments in its body), the grid type and how many launch arguments are the grid."""
     decorator = next(
-        d
-        for d in _kernel_function(name, source).decorator_list
-        if isinstance(d, ast.Call) and ast.unparse(d.func) == "triton_heuristics.template"
+        (
+            d
+            for d in _kernel_function(name, source).decorator_list
+            if isinstance(d, ast.Call) and ast.unparse(d.func) == "triton_heuristics.template"
+        ),
+        None,
     )
-    keywords = {k.arg: k.value for k in decorator.keywords}
+    keywords = {k.arg: k.value for k in decorator.keywords} if decorator else {}
     try:
         num_warps, num_stages = (ast.literal_eval(keywords[k]) for k in ("num_warps", "num_stages"))
         meta = ast.literal_eval(keywords["inductor_meta"]) if "inductor_meta" in keywords else {}
-    except (KeyError, ValueError) as exc:
+    except (KeyError, ValueError, TypeError, SyntaxError) as exc:
         raise InductorSeedError(
-            f"template {name} has a decorator ksmith cannot read ({exc}): {NO_SEED}"
+            f"template {name} has a decorator ksmith cannot read ({type(exc).__name__}): {NO_SEED}"
         ) from None
     grid_type = meta.get("grid_type", "")
     extra = list(meta.get("extra_launcher_args", []))
@@ -587,15 +612,18 @@ def _write_seed(
         f"{chosen}.",
         f"The kernels are compiled for these input shapes only: {shapes}.",
     ]
-    if generated.inductor_templates:
+    if any(kernel.heuristic == "template" for kernel in generated.kernels.values()):
         lines += [
             "Matmuls and convolutions are Inductor's max-autotune Triton templates (epilogues fused), each",
             "with the block sizes its autotuner kept, launched on the grid Inductor computed for them.",
         ]
+        if writer.gemms or writer.convolutions:
+            lines.append("The library calls Inductor kept beside them are ksmith's templates.")
     elif fallback:
+        reason = re.sub(r'\\|"""', "/", fallback)  # it goes into this docstring, which neither may end early
         lines += [
             "Inductor's max-autotune templates could not seed this problem, so matmuls and convolutions are",
-            f"ksmith's templates; the reason: {fallback}.",
+            f"ksmith's templates; the reason: {reason}.",
         ]
     lines += ['"""', ""]
     imports = ["import math", "import torch"] if writer.attentions else ["import torch"]

@@ -672,22 +672,22 @@ def matmul_flops_s(device: str, timers: dict[str, Any], dtype: Any, allow_tf32: 
 
 @contextlib.contextmanager
 def matmul_tf32(enabled: bool) -> Iterator[None]:
-    """fp32 matmuls in TF32 (or not) inside the block, the process's setting put back after it. Through
-    ``fp32_precision`` where torch has it: once a problem has set that (or ``set_float32_matmul_precision``),
-    reading the legacy ``allow_tf32`` raises ("mix of the legacy and new APIs"); the new switch reads right
-    whichever API set it."""
+    """fp32 matmuls in TF32 (or not) inside the block, the process's setting put back after it. The setting
+    is read through ``fp32_precision`` where torch has it: once a problem has set that (or
+    ``set_float32_matmul_precision``), reading the legacy ``allow_tf32`` raises ("mix of the legacy and new
+    APIs"). It is written through the legacy setter, which sets both switches alike."""
     import torch
 
     matmul = torch.backends.cuda.matmul
-    name, value = ("fp32_precision", "tf32" if enabled else "ieee")
-    if not hasattr(matmul, "fp32_precision"):  # torch before 2.9
-        name, value = "allow_tf32", enabled
-    before = getattr(matmul, name)
-    setattr(matmul, name, value)
+    if hasattr(matmul, "fp32_precision"):
+        before = matmul.fp32_precision == "tf32"
+    else:  # torch before 2.9
+        before = bool(matmul.allow_tf32)
+    matmul.allow_tf32 = enabled
     try:
         yield
     finally:
-        setattr(matmul, name, before)
+        matmul.allow_tf32 = before
 
 
 def median(samples: list[float]) -> float:

@@ -38,7 +38,7 @@ def seed_from_wrapper(relative: str) -> tuple[Problem, str]:
     module = seeding._load_problem_module(problem, small=True)
     traced = seeding._trace(module, problem, "cpu")  # the same graph, inputs in the same order, as on CUDA
     wrapper = (WRAPPERS / f"{Path(relative).stem}.wrapper.txt").read_text()
-    generated = seeding._described(wrapper, "cpu", [], inductor_templates=True)
+    generated = seeding._described(wrapper, "cpu", [])
     return problem, seeding._write_seed(problem, traced, generated, "cuda")
 
 
@@ -46,7 +46,7 @@ def seed_from_wrapper(relative: str) -> tuple[Problem, str]:
 def test_template_seed_launches_inductors_kernel_on_its_fixed_grid(relative: str) -> None:
     _, source = seed_from_wrapper(relative)
     check_candidate_source(source)
-    assert "triton_heuristics" not in source and "extern_kernels" not in source
+    assert "triton_heuristics" not in source and "def _gemm_0_kernel" not in source  # not ksmith's GEMM
     assert "@triton.jit\ndef triton_tem_" in source and "BLOCK_M : tl.constexpr" in source
     assert TEMPLATE_LAUNCH.search(source), source
     assert "max-autotune Triton templates" in source
@@ -87,12 +87,63 @@ def test_dot_precision_edit_rewrites_the_templates_allow_tf32() -> None:
     assert safer == {"ieee": True, "tf32x3": True}
 
 
+def test_template_ops_are_read_from_the_traced_graph() -> None:
+    for relative, ops in [
+        ("matmul/matmul.py", ["mm"]),
+        ("matmul/bmm.py", ["bmm"]),
+        ("pooling/conv2d_bias_relu.py", ["convolution"]),
+        ("softmax/softmax.py", []),
+    ]:
+        problem = load_problem(SUITE / relative)
+        traced = seeding._trace(seeding._load_problem_module(problem, small=True), problem, "cpu")
+        assert seeding._template_ops(traced.graph) == ops, relative
+
+
+def test_a_template_path_that_fails_falls_back_to_ksmiths_gemm_and_says_why(monkeypatch) -> None:
+    """What ``seed_from_inductor`` does on CUDA when Inductor's templates cannot seed: ksmith's GEMM, and the
+    reason in the seed's docstring (made safe for it); an out-of-memory is raised instead, for a retry alone."""
+    problem = load_problem(SUITE / "matmul/matmul.py")
+    traced = seeding._trace(seeding._load_problem_module(problem, small=True), problem, "cpu")
+    real_generate = seeding._generate
+    asked = []
+
+    def generate(traced, device, inductor_templates=False):
+        asked.append(inductor_templates)
+        if inductor_templates:
+            raise InductorSeedError('template X uses Inductor grid C:\\grid """: ' + seeding.NO_SEED)
+        return real_generate(traced, "cpu")
+
+    monkeypatch.setattr(seeding, "_generate", generate)
+    source = seeding._seed_source(problem, traced, "cuda", "inductor")
+    check_candidate_source(source)
+    assert asked == [True, False]
+    assert "def _gemm_0_kernel" in source and "def triton_tem_" not in source
+    assert "the reason: template X uses Inductor grid C:/grid /." in source
+
+    asked.clear()  # asked for ksmith's templates: no template attempt at all
+    seeding._seed_source(problem, traced, "cuda", "ksmith")
+    assert asked == [False]
+
+    def out_of_memory(traced, device, inductor_templates=False):
+        raise InductorSeedError("Inductor could not compile the model: OutOfMemoryError: CUDA out of memory.")
+
+    monkeypatch.setattr(seeding, "_generate", out_of_memory)
+    with pytest.raises(InductorSeedError, match="out of memory"):
+        seeding._seed_source(problem, traced, "cuda", "inductor")
+
+
+def test_the_seeding_process_refuses_an_unknown_template_choice(capsys) -> None:
+    path = str(SUITE / "matmul/matmul.py")
+    assert seeding.main([path, "cpu", "small", "cublas"]) == 2
+    assert "usage:" in capsys.readouterr().err
+
+
 def test_a_template_on_another_grid_is_refused_in_one_line() -> None:
     wrapper = (
         (WRAPPERS / "matmul.wrapper.txt").read_text().replace("'grid_type': 'FixedGrid'", "'grid_type': 'X'")
     )
     with pytest.raises(InductorSeedError) as caught:
-        seeding._described(wrapper, "cpu", [], inductor_templates=True)
+        seeding._described(wrapper, "cpu", [])
     assert "uses Inductor grid X" in str(caught.value) and "\n" not in str(caught.value)
 
 
@@ -107,7 +158,7 @@ def test_cuda_template_seeds_pass_the_evaluator(relative: str) -> None:
     problem = load_problem(SUITE / relative)
     source = seed_from_inductor(problem, "cuda", small=False)
     check_candidate_source(source)
-    assert "triton_tem_" in source and "extern_kernels" not in source, source
+    assert "def triton_tem_" in source and "def _gemm_0_kernel" not in source, source
     assert "max-autotune Triton templates" in source
     verdict = evaluate(problem, Candidate.from_source(source), EvalOptions(device="cuda"))
     assert verdict.status is Status.OK, (verdict.reasons, source)

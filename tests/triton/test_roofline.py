@@ -152,16 +152,23 @@ def test_counted_flops_agree_with_the_suites_own_formulas(name):
     assert flops["flops"] == pytest.approx(stated, rel=0.011)
 
 
+# After query, key and value: flash (dropout_p, is_causal), efficient and cudnn (attn_bias, compute_log_sumexp,
+# dropout_p, is_causal), the CPU flash kernel (dropout_p, is_causal).
+CAUSAL_AFTER_QKV = {
+    "_scaled_dot_product_flash_attention": 1,
+    "_scaled_dot_product_efficient_attention": 3,
+    "_scaled_dot_product_cudnn_attention": 3,
+    "_scaled_dot_product_flash_attention_for_cpu": 1,
+}
+
+
 @pytest.mark.parametrize("op", reference_side.ATTENTION_OPS)
 def test_attention_formula_prices_the_causal_mask_of_each_kernel(op):
     """Every fused attention kernel's formula finds ``is_causal`` where that kernel takes it."""
-    import torch
-
     formula = reference_side.attention_flop_formulas()[getattr(torch.ops.aten, op)]
     q, k, v = torch.empty(2, 3, 8, 16), torch.empty(2, 3, 5, 16), torch.empty(2, 3, 5, 32)
     full = 2 * 6 * 8 * 5 * 16 + 2 * 6 * 8 * 5 * 32
-    causal_at = [a.name for a in getattr(torch.ops.aten, op).default._schema.arguments].index("is_causal")
-    flags = [None] * (causal_at - 3)
+    flags = [None] * CAUSAL_AFTER_QKV[op]
     assert formula(q, k, v, *flags, False) == full
     # rows 0..4 see 1..5 keys, rows 5..7 all five: 15 + 15 = 30 of 40 score entries
     assert formula(q, k, v, *flags, True) == full * 30 // 40
@@ -321,12 +328,12 @@ matmul.allow_tf32 = False  # fp32_means_fp32, before the problem module runs
 matmul.fp32_precision = "tf32"  # the problem's own choice
 with pytest.raises(RuntimeError, match="mix of the legacy and new APIs"):
     matmul.allow_tf32  # what the ceiling measurement used to read
-with matmul_tf32(False):
-    assert matmul.fp32_precision == "ieee"
-assert matmul.fp32_precision == "tf32"
+with matmul_tf32(False):  # inside, both switches agree (cuBLAS may read either)
+    assert matmul.fp32_precision == "ieee" and matmul.allow_tf32 is False
+assert matmul.fp32_precision == "tf32" and matmul.allow_tf32 is True
 torch.set_float32_matmul_precision("highest")
 with matmul_tf32(True):
-    assert matmul.fp32_precision == "tf32"
+    assert matmul.fp32_precision == "tf32" and matmul.allow_tf32 is True
 assert matmul.fp32_precision == "ieee"
 print("ok")
 """
