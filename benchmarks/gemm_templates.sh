@@ -3,10 +3,12 @@
 # convolution problems: the shipped suite's matmul, matmul_bias_relu, matmul_gelu, bmm and conv2d_bias_relu, and
 # KernelBench's level-1 1 and 17 and level-2 56 and 76. Each seed is judged once by `ksmith bench`; rows go to
 # $OUT/{inductor,ksmith}/results.jsonl (docs/benchmarks.md section 6d). With EVOLVE=1, the suite's five are
-# evolved instead (budget 16) from Inductor-template seeds, rows in $OUT/evolve-suite/results.jsonl.
+# evolved instead (budget 16) from Inductor-template seeds, rows in $OUT/evolve-suite/results.jsonl; with
+# EVOLVE=l2, KernelBench level 2's 14 and 18 (rows in $OUT/evolve-l2/results.jsonl).
 #
 #   KERNELBENCH=~/KernelBench/KernelBench bash benchmarks/gemm_templates.sh
 #   EVOLVE=1 bash benchmarks/gemm_templates.sh
+#   KERNELBENCH=~/KernelBench/KernelBench EVOLVE=l2 bash benchmarks/gemm_templates.sh
 #
 # KERNELBENCH: a directory holding KernelBench's level1/ and level2/ (not shipped with ksmith). Where dependency
 # wheels were carried in .whl/ (a machine without network), they are installed first.
@@ -23,6 +25,14 @@ mkdir -p "$OUT"
 { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
   python -c 'import torch, triton; print(torch.__version__, triton.__version__)'; git rev-parse --short HEAD 2>/dev/null
   date -u; } > "$OUT/env.txt"
+if [ "${EVOLVE:-0}" = l2 ]; then
+  L2=$(mktemp -d)
+  cp $K/level2/14_Gemm_Divide_Sum_Scaling.py $K/level2/18_Matmul_Sum_Max_AvgPool_LogSumExp_LogSumExp.py "$L2/"
+  ksmith bench "$L2" --evolve --budget 16 --seed-from inductor --gemm-templates inductor --device cuda \
+    --parallel 4 -o "$OUT/evolve-l2" --json > "$OUT/evolve-l2.log" 2>&1
+  echo "bench --evolve rc=$?"
+  exit 0
+fi
 if [ "${EVOLVE:-0}" = 1 ]; then
   SUITE=$(mktemp -d)
   cp $P/matmul/matmul.py $P/matmul/matmul_bias_relu.py $P/matmul/matmul_gelu.py $P/matmul/bmm.py \
