@@ -18,9 +18,6 @@ from pathlib import Path
 
 
 def main() -> int:
-    import torch
-    from torch._inductor.utils import run_and_get_code
-
     from ksmith_core.loading import load_problem
     from ksmith_inductor import seeding
 
@@ -34,11 +31,7 @@ def main() -> int:
         problem = load_problem(path)
         module = seeding._load_problem_module(problem, small=not args.full)
         traced = seeding._trace(module, problem, "cuda")
-        with seeding._inductor_settings("cuda", inductor_templates=True), torch.no_grad():
-            _, codes = run_and_get_code(
-                lambda t=traced: torch._inductor.compile(t.graph, t.example_inputs)(*t.example_inputs)
-            )
-        wrapper = next(code for code in codes if re.search(r"^\s*def call\(", code, re.M))
+        wrapper = seeding._generate(traced, "cuda", inductor_templates=True).wrapper
         wrapper = re.sub(r"^# kernel path: .*\n", "", wrapper, flags=re.M)  # the machine's cache directory
         target = args.out / f"{path.stem}.wrapper.txt"
         target.write_text(wrapper)

@@ -25,32 +25,30 @@ mkdir -p "$OUT"
 { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
   python -c 'import torch, triton; print(torch.__version__, triton.__version__)'; git rev-parse --short HEAD 2>/dev/null
   date -u; } > "$OUT/env.txt"
-if [ "${EVOLVE:-0}" = l2 ]; then
-  L2=$(mktemp -d)
-  cp $K/level2/14_Gemm_Divide_Sum_Scaling.py $K/level2/18_Matmul_Sum_Max_AvgPool_LogSumExp_LogSumExp.py "$L2/"
-  ksmith bench "$L2" --evolve --budget 16 --seed-from inductor --gemm-templates inductor --device cuda \
-    --parallel 4 -o "$OUT/evolve-l2" --json > "$OUT/evolve-l2.log" 2>&1
-  echo "bench --evolve rc=$?"
-  exit 0
-fi
-if [ "${EVOLVE:-0}" = 1 ]; then
-  SUITE=$(mktemp -d)
-  cp $P/matmul/matmul.py $P/matmul/matmul_bias_relu.py $P/matmul/matmul_gelu.py $P/matmul/bmm.py \
-    $P/pooling/conv2d_bias_relu.py "$SUITE/"
-  ksmith bench "$SUITE" --evolve --budget 16 --seed-from inductor --gemm-templates inductor --device cuda \
-    --parallel 4 -o "$OUT/evolve-suite" --json > "$OUT/evolve-suite.log" 2>&1
-  echo "bench --evolve rc=$?"
-  exit 0
-fi
-PROBLEMS=$(mktemp -d)
-cp $P/matmul/matmul.py $P/matmul/matmul_bias_relu.py $P/matmul/matmul_gelu.py $P/matmul/bmm.py \
-  $P/pooling/conv2d_bias_relu.py $K/level1/1_Square_matrix_multiplication_.py \
-  $K/level1/17_Matmul_with_transposed_B.py $K/level2/56_Matmul_Sigmoid_Sum.py $K/level2/76_Gemm_Add_ReLU.py "$PROBLEMS/"
-for T in ${TEMPLATES:-inductor ksmith}; do
-  ksmith bench "$PROBLEMS" --seed-from inductor --gemm-templates "$T" --device cuda --parallel 4 -o "$OUT/$T" \
-    --json > "$OUT/$T.log" 2>&1
-  echo "bench $T rc=$?"
-done
+SUITE="$P/matmul/matmul.py $P/matmul/matmul_bias_relu.py $P/matmul/matmul_gelu.py $P/matmul/bmm.py
+  $P/pooling/conv2d_bias_relu.py"
+KB="$K/level1/1_Square_matrix_multiplication_.py $K/level1/17_Matmul_with_transposed_B.py
+  $K/level2/56_Matmul_Sigmoid_Sum.py $K/level2/76_Gemm_Add_ReLU.py"
+KB_L2="$K/level2/14_Gemm_Divide_Sum_Scaling.py $K/level2/18_Matmul_Sum_Max_AvgPool_LogSumExp_LogSumExp.py"
+
+# bench NAME TEMPLATES FILES [ksmith bench options...]: the files copied into a folder of their own (no seed
+# beside them), benched with Inductor seeds of that template kind; rows in $OUT/NAME/results.jsonl.
+bench() {
+  local name=$1 templates=$2 files=$3 dir
+  shift 3
+  dir=$(mktemp -d)
+  cp $files "$dir/"
+  ksmith bench "$dir" --seed-from inductor --gemm-templates "$templates" --device cuda --parallel 4 \
+    -o "$OUT/$name" --json "$@" > "$OUT/$name.log" 2>&1
+  echo "bench $name rc=$?"
+}
+
+case "${EVOLVE:-0}" in
+  l2) bench evolve-l2 inductor "$KB_L2" --evolve --budget 16 ;;
+  1) bench evolve-suite inductor "$SUITE" --evolve --budget 16 ;;
+  *) for T in ${TEMPLATES:-inductor ksmith}; do bench "$T" "$T" "$SUITE $KB"; done ;;
+esac
+[ "${EVOLVE:-0}" = 0 ] || exit 0
 python - "$OUT" <<'PY'
 import json, math, sys
 from pathlib import Path

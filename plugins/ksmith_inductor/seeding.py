@@ -16,7 +16,8 @@ GEMM and convolution backend (``gemm_templates="inductor"``, the default): each 
 Triton templates with the epilogue Inductor fused into it, at the configuration its autotuner kept, launched on
 the fixed grid Inductor computed for it. Where that cannot make a seed, or with ``gemm_templates="ksmith"``
 (always on CPU, where Inductor has no Triton templates), a matmul Inductor hands to a library
-(``extern_kernels.mm``, ``bmm``, ``addmm``, ``baddbmm``) becomes a call of ksmith's own tiled Triton GEMM (``gemm_template.py``), its bias and scaling in the kernel's epilogue; a
+(``extern_kernels.mm``, ``bmm``, ``addmm``, ``baddbmm``) becomes a call of ksmith's own tiled Triton GEMM
+(``gemm_template.py``), its bias and scaling in the kernel's epilogue; a
 convolution handed to cuDNN or oneDNN (``extern_kernels.convolution``) becomes a call of ksmith's implicit-GEMM
 Triton convolution (``conv_template.py``), and ATen's fused attention (an eager fallback in Inductor's code) a
 call of ksmith's flash-attention kernel (``attention_template.py``); both write straight into the layout
@@ -159,18 +160,14 @@ def _seed_source(problem: Problem, traced: Traced, device: str, gemm_templates: 
             generated = _generate(attempt, device, inductor_templates=True)
             return _write_seed(problem, attempt, generated, device)
         except Exception as exc:  # noqa: BLE001 - any failure of the template path falls back, with its reason
+            from ksmith_triton.evaluator import memory_failure
+
             reason = str(exc) if isinstance(exc, InductorSeedError) else _one_line(exc)
-            if _out_of_memory(reason):
+            if memory_failure(reason):
                 raise
             fallback = reason.removesuffix(f": {NO_SEED}")
     generated = _generate(traced, device)
     return _write_seed(problem, traced, generated, device, fallback)
-
-
-def _out_of_memory(message: str) -> bool:
-    from ksmith_triton.evaluator import memory_failure
-
-    return memory_failure(message)
 
 
 def _template_ops(graph: Any) -> list[str]:

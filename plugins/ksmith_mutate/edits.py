@@ -340,21 +340,17 @@ def _bool_constant(kernel: KernelDef, node: cst.BaseExpression) -> bool | None:
         return node.value == "True"
     if not isinstance(node, cst.Name):
         return None
-    bound = [
-        statement.value
-        for line in kernel.node.body.body
-        if isinstance(line, cst.SimpleStatementLine)
-        for statement in line.body
-        if isinstance(statement, (cst.AnnAssign, cst.Assign))
-        and any(
-            isinstance(target, cst.Name) and target.value == node.value
-            for target in (
-                [statement.target]
-                if isinstance(statement, cst.AnnAssign)
-                else [t.target for t in statement.targets]
-            )
-        )
-    ]
+    bound = []
+    for line in kernel.node.body.body:
+        for statement in line.body if isinstance(line, cst.SimpleStatementLine) else ():
+            if isinstance(statement, cst.AnnAssign):
+                targets = [statement.target]
+            elif isinstance(statement, cst.Assign):
+                targets = [t.target for t in statement.targets]
+            else:
+                continue
+            if any(isinstance(t, cst.Name) and t.value == node.value for t in targets):
+                bound.append(statement.value)
     if len(bound) == 1 and isinstance(bound[0], cst.Name) and bound[0].value in ("True", "False"):
         return bound[0].value == "True"
     return None

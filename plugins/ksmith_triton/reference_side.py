@@ -439,7 +439,7 @@ def _attention_formula(causal_at: int) -> Callable[..., int]:
             scores = below * (below + 1) // 2 + max(0, s_q - s_k) * s_k
         else:
             scores = s_q * s_k
-        return 2 * rows * scores * d + 2 * rows * scores * d_v  # q @ k^T, then the weights @ v
+        return 2 * rows * scores * (d + d_v)  # q @ k^T, then the weights @ v
 
     formula._get_raw = True  # called with the tensors and flags themselves, not their shapes
     return formula
