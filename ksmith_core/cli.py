@@ -239,8 +239,17 @@ def _print_evolve_result(result, summary) -> None:
     out.print(f"  {summary['stop_explanation']}", markup=False, highlight=False)
     out.print(f"  directory: {result.run_dir}")
     best, seed = result.best, result.seed
+    for scored in result.set_aside:
+        out.print(
+            f"  [yellow]set aside {scored.candidate.id} ({fmt_speedup(scored.verdict.speedup)} vs eager): "
+            "it passed its evaluation and failed re-validation[/]"
+        )
     if best is None:
-        out.print("[red]no candidate passed evaluation[/]")
+        out.print(
+            "[red]no candidate held up on re-validation[/]"
+            if result.set_aside
+            else "[red]no candidate passed evaluation[/]"
+        )
         for line in summary["where_to_look"]:
             out.print(f"  {line}", markup=False, highlight=False)
         return
@@ -253,8 +262,8 @@ def _print_evolve_result(result, summary) -> None:
         out.print(f"  seed {seed.candidate.id}: {fmt_speedup(seed.verdict.speedup)} vs eager")
     if (v.speedup or 0) <= 1.0:
         out.print("  [yellow]nothing beat the eager PyTorch reference in this run[/]")
-    if result.revalidated is not None and not result.revalidated.accepted:
-        out.print(f"  [red]the best candidate failed re-validation: {result.revalidated.status.value}[/]")
+    if result.set_aside and result.revalidated is None:
+        out.print("  [red]the best shown was not re-validated: those above it failed theirs[/]")
     for line in summary["where_to_look"]:
         out.print(f"  {line}", markup=False, highlight=False)
 

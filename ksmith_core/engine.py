@@ -47,6 +47,9 @@ from ksmith_core.store import RunStore, default_runs_root
 
 # How many consecutive steps may bring no new candidate before the run stops as exhausted.
 MAX_BARREN_STEPS = 8
+# Candidates re-validated at the end of a run, at most: the best, then the next while one fails. Past that the
+# problem's check itself is suspect, and what is left is reported as not re-validated.
+MAX_REVALIDATIONS = 3
 
 log = logging.getLogger("ksmith")
 
@@ -105,7 +108,9 @@ class RunResult:
     best: Scored | None
     seed: Scored | None
     stop_reason: str
-    revalidated: Verdict | None
+    revalidated: Verdict | None  # the re-validation of ``best``; None when it was not re-validated
+    # Candidates that were the best in turn and failed their re-validation, in order; ``best`` is the next.
+    set_aside: tuple[Scored, ...] = ()
 
 
 def new_run_dir(problem: Problem, root: Path | None = None) -> Path:
@@ -354,26 +359,39 @@ class Engine:
 
     def _finish(self, reason: str, detail: str | None = None) -> RunResult:
         run = self.run
-        revalidated = None
-        if run.best is not None and run.config.revalidate_best:
-            # Fresh seeds, fresh inputs, a fresh process: the winner must hold up once more (where the run's
-            # evaluations run: the executor dispatches it like any other).
-            job = EvalJob(run.problem, run.best.candidate, run.config.eval)
-            (revalidated,) = self.executor.run([job], 1, dict(run.config.executor_options))
-            run.store.record_event("revalidation", revalidated.to_dict(), run.best.candidate.id)
-            self.on_event("revalidated", {"verdict": revalidated, "candidate": run.best.candidate})
-        run.store.record_event(
-            "run_end",
-            {
-                "reason": reason,
-                "detail": detail or self._stop_detail(reason),
-                "evaluations": run.evaluations,
-                "dropped": run.dropped_counts(),
-            },
-        )
+        revalidated, set_aside = self._revalidate() if run.config.revalidate_best else (None, [])
+        end = {
+            "reason": reason,
+            "detail": detail or self._stop_detail(reason),
+            "evaluations": run.evaluations,
+            "dropped": run.dropped_counts(),
+        }
+        if set_aside:
+            end["failed_revalidation"] = [scored.candidate.id for scored in set_aside]
+        run.store.record_event("run_end", end)
         self.pm.hook.ksmith_run_end(run=run, reason=reason)
         seed = run.by_id.get(run.seed_id) if run.seed_id else None
-        return RunResult(run.store.path, run.evaluations, run.best, seed, reason, revalidated)
+        return RunResult(
+            run.store.path, run.evaluations, run.best, seed, reason, revalidated, tuple(set_aside)
+        )
+
+    def _revalidate(self) -> tuple[Verdict | None, list[Scored]]:
+        """Fresh seeds, fresh inputs, a fresh process: the best must hold up once more, dispatched by the
+        executor like any evaluation. One that does not is set aside and the next best is tried, up to
+        :data:`MAX_REVALIDATIONS` in all; returns the re-validation of the best that held (None if none was
+        left to try or none held) and those set aside."""
+        run, set_aside = self.run, []
+        while run.best is not None and len(set_aside) < MAX_REVALIDATIONS:
+            best = run.best
+            job = EvalJob(run.problem, best.candidate, run.config.eval)
+            (verdict,) = self.executor.run([job], 1, dict(run.config.executor_options))
+            run.store.record_event("revalidation", verdict.to_dict(), best.candidate.id)
+            self.on_event("revalidated", {"verdict": verdict, "candidate": best.candidate})
+            if verdict.accepted:
+                return verdict, set_aside
+            run.set_aside(best.candidate.id)
+            set_aside.append(best)
+        return None, set_aside
 
     def close(self) -> None:
         self.run.store.close()

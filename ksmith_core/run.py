@@ -90,6 +90,8 @@ class Run:
         self.children: Counter[str] = Counter()
         self.best: Scored | None = None
         self._best_position = -1  # index of ``best`` in ``population``
+        # Accepted once, then failed their re-validation at the end of a run: never the best again.
+        self.failed_revalidation: set[str] = store.failed_revalidation()
         self.seed_id: str | None = None
         # What the run evaluates on (GPU name, capability, memory; or the CPU interpreter): proposers tell
         # their model. Taken from the run's manifest.
@@ -142,11 +144,27 @@ class Run:
             self.children[parent_id] += 1
         if self.seed_id is None and not candidate.parent_ids:
             self.seed_id = candidate.id
-        is_new_best = verdict.accepted and (self.best is None or verdict.score > self.best.verdict.score)
+        is_new_best = self._may_be_best(scored) and (
+            self.best is None or verdict.score > self.best.verdict.score
+        )
         if is_new_best:
             self.best = scored
             self._best_position = len(self.population) - 1
         return scored, is_new_best
+
+    def _may_be_best(self, scored: Scored) -> bool:
+        return scored.verdict.accepted and scored.candidate.id not in self.failed_revalidation
+
+    def set_aside(self, candidate_id: str) -> None:
+        """The best failed its re-validation: take it out of the running; ``best`` becomes the next one
+        (highest score, earliest on ties, as :meth:`add` would have chosen without it)."""
+        self.failed_revalidation.add(candidate_id)
+        self.best, self._best_position = None, -1
+        for position, scored in enumerate(self.population):
+            if self._may_be_best(scored) and (
+                self.best is None or scored.verdict.score > self.best.verdict.score
+            ):
+                self.best, self._best_position = scored, position
 
     @property
     def evaluations(self) -> int:

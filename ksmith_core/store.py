@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from ksmith_core.errors import RunStoreError
-from ksmith_core.model import Candidate, Verdict, thaw
+from ksmith_core.model import Candidate, Status, Verdict, thaw
 
 SCHEMA_VERSION = 1
 DB_NAME = "run.sqlite"
@@ -299,12 +299,26 @@ class RunStore:
         return self._candidate_from_row(row), Verdict.from_dict(json.loads(row["verdict_json"]))
 
     def best(self) -> tuple[Candidate, Verdict] | None:
-        """The accepted candidate with the highest speedup (earliest on ties)."""
-        row = self._conn.execute(
+        """The accepted candidate with the highest speedup (earliest on ties), leaving out any whose latest
+        re-validation failed (:meth:`failed_revalidation`)."""
+        failed = self.failed_revalidation()
+        rows = self._conn.execute(
             "SELECT candidate_id FROM verdicts WHERE status = 'ok' "
-            "ORDER BY coalesce(speedup, 0) DESC, created ASC LIMIT 1"
-        ).fetchone()
-        return None if row is None else self.get(row["candidate_id"])
+            "ORDER BY coalesce(speedup, 0) DESC, created ASC LIMIT ?",
+            (len(failed) + 1,),
+        )
+        found = next((row["candidate_id"] for row in rows if row["candidate_id"] not in failed), None)
+        return None if found is None else self.get(found)
+
+    def revalidations(self) -> dict[str, dict[str, Any]]:
+        """The latest ``revalidation`` event of each re-validated candidate, by candidate id."""
+        return {
+            event["candidate_id"]: event for event in self.events("revalidation") if event["candidate_id"]
+        }
+
+    def failed_revalidation(self) -> set[str]:
+        """Candidates accepted once whose latest re-validation (fresh seeds, inputs and process) was not."""
+        return {cid for cid, event in self.revalidations().items() if event.get("status") != Status.OK.value}
 
     def status_counts(self) -> dict[str, int]:
         rows = self._conn.execute("SELECT status, count(*) AS n FROM verdicts GROUP BY status")
@@ -367,6 +381,8 @@ class RunStore:
             "eval_seconds": round(self.eval_seconds(), 3),
             "statuses": self.status_counts(),
             "best": best_json,
+            # Accepted, then failed the run's re-validation: set aside, never the best.
+            "failed_revalidation": sorted(self.failed_revalidation()),
             "finished": bool(finished),
             "stop_reason": finished[-1].get("reason") if finished else None,
             "created": meta.get("created"),
@@ -410,7 +426,13 @@ def where_to_look(summary: dict[str, Any], seed_id: str | None) -> list[str]:
         return []
     failed = sum(n for status, n in summary["statuses"].items() if status != "ok")
     lines = []
-    if best is None:
+    set_aside = summary.get("failed_revalidation") or []
+    if best is None and set_aside:
+        lines.append(
+            f"{len(set_aside)} accepted candidates failed their re-validation on fresh inputs and were set "
+            f"aside ({', '.join(set_aside)}): `ksmith report {run}` shows each re-validation"
+        )
+    elif best is None:
         lines.append(
             f"no candidate was accepted ({failed} of {evaluations} evaluations failed): "
             f"`ksmith report {run}` shows the latest error of each status"

@@ -470,7 +470,16 @@ class Bench:
             "seed_speedup": seed.verdict.speedup if seed else None,
             "seed_speedup_vs_compile": seed.verdict.speedup_vs_compile if seed else None,
         }
+        if result.set_aside:
+            # Better kernels that passed their evaluation and failed the run's re-validation: not reported.
+            extra["failed_revalidation"] = [
+                {"candidate_id": s.candidate.id, "speedup": s.verdict.speedup} for s in result.set_aside
+            ]
         row = _row(problem, best.candidate if best else None, verdict, "evolve", extra)
         if best is None and seed is not None:
             row["status"] = seed.verdict.status.value
+        if best is not None and result.revalidated is None and result.set_aside:
+            row["reasons"].append(
+                f"NOT_REVALIDATED: the {len(result.set_aside)} candidates above it failed their re-validation"
+            )
         return row

@@ -62,7 +62,8 @@ class _Facts:
     best: tuple[Candidate, Verdict] | None
     seed: tuple[Candidate, Verdict] | None
     plugin_sections: list[ReportSection]
-    revalidation: dict[str, Any] | None
+    revalidation: dict[str, Any] | None  # the best's latest re-validation
+    set_aside: list[dict[str, Any]]  # failed re-validations of candidates that were the best before
     by_id: dict[str, _Evaluation] = field(default_factory=dict)
 
     @property
@@ -84,16 +85,20 @@ def _collect(store: RunStore) -> _Facts:
     seed_eval = (
         by_id.get(seed_id) if seed_id else next((e for e in evaluations if not e.candidate.parent_ids), None)
     )
-    revalidations = store.events("revalidation")
+    revalidations = store.revalidations()
+    best_found = store.best()
     return _Facts(
         summary=store.summary(),
         meta=meta,
         manifest=store.manifest(),
         evaluations=evaluations,
-        best=store.best(),
+        best=best_found,
         seed=(seed_eval.candidate, seed_eval.verdict) if seed_eval else None,
         plugin_sections=_plugin_sections(store),
-        revalidation=revalidations[-1] if revalidations else None,
+        revalidation=revalidations.get(best_found[0].id) if best_found else None,
+        set_aside=sorted(
+            (revalidations[cid] for cid in store.failed_revalidation()), key=lambda event: event["seq"]
+        ),
         by_id=by_id,
     )
 
@@ -201,6 +206,13 @@ def _section_overview(facts: _Facts) -> str:
                 + _speed_drift(verdict.speedup, facts.revalidation.get("speedup"))
                 + "</div>"
             )
+    for event in facts.set_aside:
+        evaluated = facts.by_id.get(event["candidate_id"])
+        banners.append(
+            f'<div class="banner bad">Set aside: {_e(event["candidate_id"])} passed its evaluation'
+            + (f" at {_x(evaluated.verdict.speedup)} vs eager" if evaluated else "")
+            + f" and failed re-validation ({_e(event.get('status'))}); it is not reported as the best</div>"
+        )
     looks = summary.get("where_to_look") or []
     if looks:
         items = "".join(f"<li>{_e(line)}</li>" for line in looks)

@@ -142,6 +142,18 @@ def test_bench_evolve_records_start_and_end(toy_plugin, tmp_path):
     assert math.isclose(row["speedup"], 1.75)
 
 
+def test_a_bench_row_reports_the_best_that_held_its_revalidation_and_names_those_set_aside(
+    toy_plugin, tmp_path
+):
+    toy_plugin.flaky_from = 1.75  # 1.75 passes its evaluation and fails the re-validation
+    suite = make_suite(tmp_path / "suite", {"one": 1.0})
+    config = RunConfig(proposer="toy", select="greedy", budget=4, proposals_per_step=1)
+    row = Bench(tmp_path / "out", config, evolve=True).run(collect_problems([suite]))["rows"][0]
+    assert row["status"] == "ok" and math.isclose(row["speedup"], 1.5), row
+    assert [math.isclose(s["speedup"], 1.75) for s in row["failed_revalidation"]] == [True]
+    assert not any(r.startswith("NOT_REVALIDATED") for r in row["reasons"])
+
+
 def test_bench_evolve_resumes_a_run_stopped_before_its_seed_was_judged(toy_plugin, tmp_path):
     from ksmith_bench.bench import candidate_for
     from ksmith_core.engine import Engine

@@ -7,10 +7,13 @@ import sqlite3
 
 import pytest
 
-from ksmith_core.engine import Engine
+from ksmith_core.engine import MAX_REVALIDATIONS, Engine
 from ksmith_core.errors import ConfigError, PluginError
 from ksmith_core.loading import load_candidate, load_problem
 from ksmith_core.run import RunConfig
+from ksmith_core.store import RunStore
+
+from .toy import speed_of
 
 
 def start(toy_problem, tmp_path, **config):
@@ -211,3 +214,64 @@ def test_without_the_roofline_rule_the_run_spends_its_budget(toy_plugin, toy_pro
     engine.close()
     assert result.stop_reason == "budget" and result.evaluations == 16
     assert result.best.verdict.roofline_fraction >= 0.95  # past the default line, still running
+
+
+def _speeds(scored_list):
+    return [speed_of(s.candidate.source) for s in scored_list]
+
+
+def test_a_best_that_fails_revalidation_is_set_aside_for_the_next_that_holds(
+    toy_plugin, toy_problem, tmp_path
+):
+    # Speeds 1.0 .. 2.0; those at 1.75 and above pass once and fail the re-validation.
+    toy_plugin.flaky_from = 1.75
+    engine, seed = start(toy_problem, tmp_path, budget=5, proposals_per_step=1)
+    result = engine.evolve(seed)
+    engine.close()
+    assert _speeds(result.set_aside) == [2.0, 1.75]
+    assert speed_of(result.best.candidate.source) == 1.5
+    assert result.revalidated.accepted
+    assert toy_plugin.evaluated.count(result.best.candidate.id) == 2
+
+    with RunStore.open(tmp_path / "run") as store:
+        best, _ = store.best()
+        summary = store.summary()
+        (end,) = store.events("run_end")
+        revalidated = [e["candidate_id"] for e in store.events("revalidation")]
+    assert best.id == result.best.candidate.id
+    assert summary["best"]["id"] == best.id
+    assert sorted(summary["failed_revalidation"]) == sorted(s.candidate.id for s in result.set_aside)
+    assert end["failed_revalidation"] == [s.candidate.id for s in result.set_aside]
+    assert revalidated == [*end["failed_revalidation"], best.id]
+
+    # Resumed, the set-aside candidates stay out of the running: the replayed best is the one that held.
+    resumed = Engine.resume(tmp_path / "run", overrides={"budget": 5})
+    assert resumed.run.best.candidate.id == best.id
+    resumed.close()
+
+
+def test_revalidation_stops_after_a_few_failures_and_says_the_best_was_not_revalidated(
+    toy_plugin, toy_problem, tmp_path
+):
+    toy_plugin.flaky_from = 1.0  # nothing holds
+    engine, seed = start(toy_problem, tmp_path, budget=5, proposals_per_step=1)
+    result = engine.evolve(seed)
+    engine.close()
+    assert _speeds(result.set_aside) == [2.0, 1.75, 1.5][:MAX_REVALIDATIONS]
+    assert result.revalidated is None
+    assert speed_of(result.best.candidate.source) == 2.0 - 0.25 * MAX_REVALIDATIONS
+    assert toy_plugin.evaluated.count(result.best.candidate.id) == 1  # not re-validated
+
+
+def test_when_every_accepted_candidate_fails_revalidation_there_is_no_best(toy_plugin, toy_problem, tmp_path):
+    toy_plugin.flaky_from = 1.0
+    engine, seed = start(toy_problem, tmp_path, budget=1)
+    result = engine.evolve(seed)
+    engine.close()
+    assert result.best is None and result.revalidated is None
+    assert [s.candidate.id for s in result.set_aside] == [seed.id]
+    with RunStore.open(tmp_path / "run") as store:
+        assert store.best() is None
+        summary = store.summary()
+    assert summary["best"] is None
+    assert "failed their re-validation" in summary["where_to_look"][0]

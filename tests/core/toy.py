@@ -58,9 +58,11 @@ def speed_of(source: str) -> float:
 class ToyPlugin:
     """Register with ``pm.register(ToyPlugin(), name="toy")``; records what it was called with."""
 
-    def __init__(self, step: float = 0.25, fail_every: int = 0) -> None:
+    def __init__(self, step: float = 0.25, fail_every: int = 0, flaky_from: float | None = None) -> None:
         self.step = step
         self.fail_every = fail_every
+        # Candidates at least this fast pass their evaluation and fail any later one (the re-validation).
+        self.flaky_from = flaky_from
         self.calls: dict[str, int] = {}
         self.evaluated: list[str] = []
         self.ended: list[str] = []
@@ -79,11 +81,14 @@ class ToyPlugin:
 
     def evaluate(self, problem, candidate, options):
         self._count("evaluate")
+        again = candidate.id in self.evaluated
         self.evaluated.append(candidate.id)
         fail = re.search(r'^FAIL = "(\w+)"', candidate.source, re.M)
         if fail:
             return Verdict(status=Status(fail.group(1)), reasons=(f"TOY: {fail.group(1)}",), eval_seconds=0.5)
         speed = speed_of(candidate.source)
+        if again and self.flaky_from is not None and speed >= self.flaky_from:
+            return Verdict(status=Status.INCORRECT, reasons=("TOY: flaky",), eval_seconds=0.5)
         ref = TimingStats.from_samples([1.0])
         run = TimingStats.from_samples([1.0 / speed])
         return Verdict(

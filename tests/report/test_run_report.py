@@ -74,6 +74,21 @@ def test_report_holds_every_piece(make_run, source, tmp_path):
         assert outside not in page
 
 
+def test_report_names_a_best_set_aside_after_failing_revalidation_and_shows_the_one_that_held(
+    make_run, source, tmp_path
+):
+    sr, seed, best = _finished_run(make_run, source)
+    flaky = sr.child(best, source(block=4096, warps=8, stages=3), ok_verdict(2.4), edit="BLOCK_SIZE -> 4096")
+    sr.run.store.record_event(
+        "revalidation", broken_verdict(Status.INCORRECT, "max abs error 0.2").to_dict(), flaky.id
+    )
+    page = write_report(sr.run.store.path, tmp_path / "report.html").read_text(encoding="utf-8")
+    assert f"<b>Best: {best.id}</b>" in page and "1.900x vs eager PyTorch" in page
+    assert "Re-validated with fresh seeds: ok" in page  # the re-validation of the best, not the last one
+    assert f"Set aside: {flaky.id} passed its evaluation at 2.400x vs eager" in page
+    assert "failed re-validation (incorrect)" in page
+
+
 def test_report_of_a_run_where_nothing_worked(make_run, source):
     sr = make_run("nothing-worked", islands=2)
     seed = sr.seed(source(), broken_verdict(Status.RUNTIME_ERROR, "IndexError: out of bounds"))
