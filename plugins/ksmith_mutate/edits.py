@@ -17,6 +17,7 @@ from typing import Any
 import libcst as cst
 
 from ksmith_core.errors import CandidateError
+from ksmith_mutate.attention import attention_changes
 from ksmith_mutate.gemm_configs import (
     MIN_ELEMENT_BYTES,
     SHARED_MEMORY_BYTES,
@@ -47,6 +48,9 @@ EDIT_KINDS = (
     "gemm_config",
     "tma_loads",
     "split_k",
+    "exp2_softmax",
+    "diagonal_split",
+    "attention_config",
     "block_size",
     "dot_tile",
     "group_m",
@@ -276,6 +280,8 @@ def _all_changes(model: SourceModel, limits: Limits) -> Iterator[_Change]:
         yield _change("split_k", description, pairs, detail=detail)
     for description, pairs, detail in split_k_steps(model):
         yield _change("split_k", description, pairs, safer=detail["direction"] == "down", detail=detail)
+    for kind, description, pairs, detail in attention_changes(model, limits.num_warps):
+        yield _change(kind, description, pairs, safer=detail["direction"] == "down", detail=detail)
     for site in model.launches:
         yield from _launch_changes(model, site, limits)
     for kernel in model.kernels.values():

@@ -20,6 +20,11 @@ Edit kinds (the arms of the bandit):
     A tiled matmul's K loop sliced over a new grid axis, the partial tiles added atomically into the zeroed
     output, at ``SPLIT_K`` 4 or 16, then stepped x2 / /2 -- only where the epilogue is affine in the accumulator
     (:mod:`ksmith_mutate.split_k`). Compute-bound parents far below their roofline try it with the tiling edits.
+``exp2_softmax``, ``diagonal_split``, ``attention_config``
+    Flash-attention kernels (two ``tl.dot`` per key block, an online softmax between them): the softmax in
+    base 2 with the scale folded, the causal key loop split at the diagonal so only diagonal blocks are
+    masked, and Inductor's flex-attention configurations (:mod:`ksmith_mutate.attention`). Compute-bound
+    parents far below their roofline try them with the tiling edits.
 ``block_size``
     A literal ``BLOCK_SIZE`` / ``BLOCK_*`` constexpr at a launch site of a kernel without ``tl.dot``, doubled
     or halved, staying a power of two in 16..8192 for one-dimensional blocks (1..8192 per axis, at most 65536
@@ -137,11 +142,21 @@ MOMENTUM_WEIGHT = 4.0
 # tile edits that grow the tile are this many times likelier. Below this roofline fraction it applies.
 GROW_TILE_WEIGHT = 4.0
 GROW_TILE_BELOW = 0.7
-TILE_KINDS = ("gemm_config", "dot_tile")
+TILE_KINDS = ("gemm_config", "attention_config", "dot_tile")
 # Far below the compute roofline, the kinds that change how the work is done, untried ones first in this order.
 # The dot's precision leads: an fp32 GEMM multiplying in "ieee" runs on the CUDA cores, and tf32x3 at the same
 # tile was 4.6x faster on KernelBench's fp32 GEMMs (docs/benchmarks.md §6c); the tile comes next.
-STRUCTURAL_FIRST = ("dot_precision", "gemm_config", "tma_loads", "split_k")
+# Attention kernels: the base-2 softmax and the diagonal split change what each key block costs; the
+# flex-attention configuration is their tile (docs/benchmarks.md §6e).
+STRUCTURAL_FIRST = (
+    "dot_precision",
+    "gemm_config",
+    "exp2_softmax",
+    "diagonal_split",
+    "attention_config",
+    "tma_loads",
+    "split_k",
+)
 
 __all__ = ["MUTATE", "NAME", "best_working_ancestor", "ksmith_register_proposers", "launch_config", "propose"]
 

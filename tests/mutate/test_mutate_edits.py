@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import re
+from pathlib import Path
 
 import libcst as cst
 import pytest
@@ -51,7 +52,8 @@ def test_every_edit_reparses_and_touches_one_statement(name):
 
 
 def test_every_kind_applies_to_the_test_kernels():
-    """Every Triton kind applies somewhere: on NVIDIA all but launch_option, which only a platform with extra
+    """Every Triton kind applies somewhere (the attention kinds to the suite's causal attention seed): on
+    NVIDIA all but launch_option, which only a platform with extra
     Triton options (MetaX) offers (tests/platforms/test_mutate_on_platforms.py). The native kinds apply to CUDA
     C++ candidates (tests/mutate/test_mutate_native.py)."""
     from ksmith_core.platform import PlatformSignals, platform_facts
@@ -60,7 +62,12 @@ def test_every_kind_applies_to_the_test_kernels():
 
     nvidia = Limits.from_platform(platform_facts(signals=PlatformSignals(triton_backend="cuda")))
     metax = Limits.from_platform(platform_facts(signals=PlatformSignals(triton_backend="maca")))
-    kinds = {e.kind for name in KERNEL_NAMES for e in possible_edits(seed_source(name), None, nvidia)}
+    causal = (
+        Path(__file__).resolve().parents[2]
+        / "plugins/ksmith_problems/problems/attention/causal_attention.seed.py"
+    )
+    sources = [seed_source(name) for name in KERNEL_NAMES] + [causal.read_text(encoding="utf-8")]
+    kinds = {e.kind for source in sources for e in possible_edits(source, None, nvidia)}
     assert kinds == set(EDIT_KINDS) - {"launch_option"} - set(NATIVE_KINDS)
     assert {e.kind for e in possible_edits(seed_source(KERNEL_NAMES[0]), None, metax)} >= {"launch_option"}
 

@@ -1,0 +1,386 @@
+"""Structural edits of flash-attention kernels: the online softmax in base 2, the causal diagonal split, and
+Inductor's flex-attention configurations.
+
+A flash-attention kernel (two ``tl.dot`` products per key block, an online softmax between them) is
+compute-bound, and at a third of an H100's tensor throughput its structure is what holds it back, not its
+hints. Measured on an H100 (docs/benchmarks.md §6e) the three rewrites below, with the tile that suits them,
+moved ksmith's attention seeds from 0.57x and 0.54x of torch.compile (cuDNN's flash attention) to 0.77x and
+0.68x in 16 evaluations:
+
+``exp2_softmax``
+    The softmax in base 2: the scores' scale is multiplied by log2(e) where the scores are formed
+    (``s = tl.dot(q, k) * sm_scale``), and every ``tl.exp`` becomes ``tl.exp2``. Exact where every exponent
+    is a difference of scaled scores or their running maxima (``exp(s - m)``, ``exp(m_old - m_new)``), which
+    is what an online softmax takes; ``exp2`` is one MUFU instruction where ``exp`` is a multiply and an
+    ``exp2``. Applies only where every ``tl.exp`` takes a difference and the kernel has no ``log``.
+``diagonal_split``
+    A key loop whose mask is narrowed under a constexpr flag (``if CAUSAL: valid = valid & (offs_n[None, :]
+    <= offs_m[:, None])``) runs, when the flag is set, as two loops: the key blocks wholly below the diagonal
+    of the program's query block without that mask, then the rest with it: only the blocks on the diagonal
+    still compute and apply it.
+``attention_config``
+    ``BLOCK_M``, ``BLOCK_N``, ``num_warps`` and ``num_stages`` of the launch set at once to one of the
+    configurations Inductor's flex-attention template autotunes over (read from the installed torch; torch
+    2.11's list where it cannot be read), each also at the other of 4 and 8 warps, as ``gemm_config`` does
+    for matmuls. A launch whose grid divides by a tile's literal is left to the one-value edits.
+
+Each rewrite keeps the program valid Triton; the evaluator judges whether it stays correct and gets faster.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator
+from typing import Any
+
+import libcst as cst
+
+from ksmith_mutate.source_model import (
+    KernelDef,
+    LaunchSite,
+    SourceModel,
+    dotted_name,
+    is_tl_call,
+    keyword_value,
+)
+
+LOG2_E = "1.4426950408889634"
+
+# Inductor's flex-attention forward configs (torch 2.11, CUDAConfigHeuristic.flex_attn_fwd_autotune_configs,
+# and its defaults for head dims up to 128): (BLOCK_M, BLOCK_N, num_stages, num_warps).
+_FALLBACK_FLEX = (
+    (128, 64, 3, 4),
+    (128, 128, 3, 4),
+    (128, 128, 2, 8),
+    (128, 128, 1, 8),
+    (64, 128, 3, 4),
+    (64, 64, 3, 4),
+)
+
+Pairs = list[tuple[cst.CSTNode, cst.CSTNode]]
+
+
+@functools.cache
+def flex_attention_configs() -> tuple[tuple[int, int, int, int], ...]:
+    """Inductor's flex-attention forward configs from the installed torch, else torch 2.11's list."""
+    try:
+        from torch._inductor.template_heuristics.triton import CUDAConfigHeuristic
+
+        found = tuple(
+            (int(c.block_m), int(c.block_n), int(c.num_stages), int(c.num_warps))
+            for c in CUDAConfigHeuristic().flex_attn_fwd_autotune_configs
+        )
+    except Exception:  # private API: moved, renamed or failing to build -- use the known list
+        found = ()
+    listed = found or _FALLBACK_FLEX
+    # Each tile also at the other of 4 and 8 warps: Inductor pairs a tile with one warp count, and on an H100
+    # the non-causal kernel ran best at 128x64 with 8 warps where the list has 4 (benchmarks/attention_variants.py,
+    # docs/benchmarks.md §6e).
+    twins = tuple((m, n, stages, 12 - warps) for m, n, stages, warps in listed if warps in (4, 8))
+    return tuple(dict.fromkeys(listed + twins))
+
+
+def is_attention(kernel: KernelDef) -> bool:
+    """Two products per key block with an exponential between them: the flash-attention idiom."""
+    calls = _calls_of(kernel.node.body)
+    return calls.dots >= 2 and bool(calls.exps or calls.exp2s)
+
+
+def attention_changes(
+    model: SourceModel, max_warps: tuple[int, ...]
+) -> Iterator[tuple[str, str, Pairs, dict]]:
+    """Every applicable rewrite of every attention kernel in ``model``: (kind, description, pairs, detail)."""
+    for kernel in model.kernels.values():
+        if not is_attention(kernel):
+            continue
+        change = _exp2_softmax(kernel)
+        if change is not None:
+            yield (
+                "exp2_softmax",
+                f"online softmax in base 2 (scale x log2(e), exp -> exp2) in {kernel.name}",
+                change,
+                {"direction": "up"},
+            )
+        split = _diagonal_split(kernel)
+        if split is not None and not _always_false(model, kernel.name, split[1]):
+            pairs, flag = split
+            yield (
+                "diagonal_split",
+                f"key loop split at the diagonal under {flag} in {kernel.name}",
+                pairs,
+                {"direction": "up"},
+            )
+    for site in model.launches:
+        kernel = model.kernel_for(site)
+        if kernel is not None and not kernel.autotuned and is_attention(kernel):
+            yield from _config_changes(site, max_warps)
+
+
+def _always_false(model: SourceModel, kernel: str, flag: str) -> bool:
+    """Every launch of ``kernel`` passes ``flag=False``: splitting under it would change nothing."""
+    sites = [site for site in model.launches if site.kernel == kernel]
+    values = [keyword_value(site.call, flag) for site in sites]
+    return bool(sites) and all(isinstance(v, cst.Name) and v.value == "False" for v in values)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# exp2_softmax
+# --------------------------------------------------------------------------------------------------------------
+
+
+class _Calls(cst.CSTVisitor):
+    """The kernel's ``tl.exp`` calls, and whether it already uses ``exp2`` or takes a logarithm."""
+
+    def __init__(self) -> None:
+        self.exps: list[cst.Call] = []
+        self.exp2s = 0
+        self.logs = 0
+        self.dots = 0
+
+    def visit_Call(self, node: cst.Call) -> None:
+        name = dotted_name(node.func)
+        if is_tl_call(node, "exp"):
+            self.exps.append(node)
+        elif name.endswith("exp2"):
+            self.exp2s += 1
+        elif name.endswith(("log", "log2")):
+            self.logs += 1
+        elif is_tl_call(node, "dot"):
+            self.dots += 1
+
+
+class _ScaledScores(cst.CSTVisitor):
+    """Assignments ``name = <... tl.dot(...) ...> * scale`` (either order) with ``scale`` a scalar argument."""
+
+    def __init__(self, scalars: set[str]) -> None:
+        self.scalars = scalars
+        self.found: list[cst.Name] = []  # the scale's Name node in each
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        value = node.value
+        if not (isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Multiply)):
+            return
+        for product, scale in ((value.left, value.right), (value.right, value.left)):
+            if isinstance(scale, cst.Name) and scale.value in self.scalars and _calls_of(product).dots:
+                self.found.append(scale)
+                return
+
+
+def _calls_of(node: cst.CSTNode) -> _Calls:
+    calls = _Calls()
+    node.visit(calls)
+    return calls
+
+
+def _exp2_softmax(kernel: KernelDef) -> Pairs | None:
+    calls = _calls_of(kernel.node.body)
+    if not calls.exps or calls.exp2s or calls.logs:
+        return None
+    for call in calls.exps:
+        if len(call.args) != 1 or not (
+            isinstance(call.args[0].value, cst.BinaryOperation)
+            and isinstance(call.args[0].value.operator, cst.Subtract)
+        ):
+            return None  # an exponent that is not a difference: base 2 would change its value
+    scalars = {p for p in kernel.params if p not in kernel.constexpr_params and "ptr" not in p.lower()}
+    scaled = _ScaledScores(scalars)
+    kernel.node.body.visit(scaled)
+    if len({scale.value for scale in scaled.found}) != 1:
+        return None  # no scaled scores, or several scales: which exponents take which is not clear
+    pairs: Pairs = [
+        (
+            scale,
+            cst.BinaryOperation(
+                left=cst.Name(scale.value),
+                operator=cst.Multiply(),
+                right=cst.Float(LOG2_E),
+                lpar=[cst.LeftParen()],
+                rpar=[cst.RightParen()],
+            ),
+        )
+        for scale in scaled.found  # one per copy of the loop (after a diagonal split, three)
+    ]
+    for call in calls.exps:
+        func = call.func
+        assert isinstance(func, cst.Attribute)
+        pairs.append((call, call.with_changes(func=func.with_changes(attr=cst.Name("exp2")))))
+    return pairs
+
+
+# --------------------------------------------------------------------------------------------------------------
+# diagonal_split
+# --------------------------------------------------------------------------------------------------------------
+
+
+def _range_args(loop: cst.For) -> list[cst.BaseExpression] | None:
+    it = loop.iter
+    if (
+        isinstance(it, cst.Call)
+        and isinstance(it.func, cst.Name)
+        and it.func.value == "range"
+        and len(it.args) == 3
+    ):
+        return [a.value for a in it.args]
+    return None
+
+
+def _is_zero(node: cst.BaseExpression) -> bool:
+    return isinstance(node, cst.Integer) and int(node.evaluated_value) == 0
+
+
+def _arange_start(value: cst.BaseExpression) -> cst.BaseExpression | None:
+    """``start`` of ``start + tl.arange(0, ...)``."""
+    if (
+        isinstance(value, cst.BinaryOperation)
+        and isinstance(value.operator, cst.Add)
+        and is_tl_call(value.right, "arange")
+    ):
+        return value.left
+    return None
+
+
+def _assigned(statements: Any, name: str) -> cst.BaseExpression | None:
+    """The value of the single-target assignment to ``name`` among ``statements`` (the last one)."""
+    found = None
+    for statement in statements:
+        if isinstance(statement, cst.SimpleStatementLine):
+            for small in statement.body:
+                if (
+                    isinstance(small, cst.Assign)
+                    and len(small.targets) == 1
+                    and isinstance(small.targets[0].target, cst.Name)
+                    and small.targets[0].target.value == name
+                ):
+                    found = small.value
+    return found
+
+
+def _base_name(node: cst.BaseExpression) -> str | None:
+    """``offs_n`` for ``offs_n[None, :]`` or ``offs_n``."""
+    if isinstance(node, cst.Subscript):
+        node = node.value
+    return node.value if isinstance(node, cst.Name) else None
+
+
+def _diagonal_mask(statement: cst.BaseStatement, flags: set[str]) -> tuple[str, str, str] | None:
+    """``if FLAG: x = x & (keys <= queries)``: (FLAG, key offsets' name, query offsets' name)."""
+    if not (
+        isinstance(statement, cst.If)
+        and statement.orelse is None
+        and isinstance(statement.test, cst.Name)
+        and statement.test.value in flags
+        and isinstance(statement.body, cst.IndentedBlock)
+        and len(statement.body.body) == 1
+        and isinstance(statement.body.body[0], cst.SimpleStatementLine)
+        and len(statement.body.body[0].body) == 1
+    ):
+        return None
+    assign = statement.body.body[0].body[0]
+    if not (isinstance(assign, cst.Assign) and isinstance(assign.value, cst.BinaryOperation)):
+        return None
+    if not isinstance(assign.value.operator, cst.BitAnd):
+        return None
+    compare = assign.value.right
+    if not (isinstance(compare, cst.Comparison) and len(compare.comparisons) == 1):
+        return None
+    op = compare.comparisons[0].operator
+    left, right = _base_name(compare.left), _base_name(compare.comparisons[0].comparator)
+    if left is None or right is None:
+        return None
+    if isinstance(op, (cst.LessThanEqual, cst.LessThan)):
+        return statement.test.value, left, right  # keys <= queries
+    if isinstance(op, (cst.GreaterThanEqual, cst.GreaterThan)):
+        return statement.test.value, right, left  # queries >= keys
+    return None
+
+
+def _diagonal_split(kernel: KernelDef) -> tuple[Pairs, str] | None:
+    body = kernel.node.body
+    assert isinstance(body, cst.IndentedBlock)
+    statements = list(body.body)
+    for loop in statements:
+        if not isinstance(loop, cst.For) or not isinstance(loop.target, cst.Name):
+            continue
+        args = _range_args(loop)
+        if args is None or not _is_zero(args[0]) or not isinstance(loop.body, cst.IndentedBlock):
+            continue  # from a key other than 0, the blocks below the diagonal are not a prefix of the loop
+        inner = list(loop.body.body)
+        for index, statement in enumerate(inner):
+            found = _diagonal_mask(statement, set(kernel.constexpr_params))
+            if found is None:
+                continue
+            flag, keys, queries = found
+            key_start = _assigned(inner, keys)
+            query_start = _assigned(statements[: statements.index(loop)], queries)
+            if key_start is None or query_start is None:
+                continue
+            first_key, first_query = _arange_start(key_start), _arange_start(query_start)
+            if not (isinstance(first_key, cst.Name) and first_key.value == loop.target.value):
+                continue  # key offsets not counted from the loop's own variable
+            if first_query is None:
+                continue
+            return _split_pairs(loop, args, index, flag, first_query), flag
+    return None
+
+
+def _split_pairs(
+    loop: cst.For, args: list[cst.BaseExpression], mask_index: int, flag: str, first_query: cst.BaseExpression
+) -> Pairs:
+    """The loop, under ``if FLAG:``, as a loop up to the last key block wholly below the diagonal without the
+    mask, then one from there with it; unchanged under ``else:``."""
+    low, high, step = args
+    code = cst.Module([]).code_for_node
+    split_name = "diagonal_start"
+    # Key blocks starting below this multiple of the step end at or before the program's first query row.
+    assign = cst.parse_statement(f"{split_name} = ({code(first_query)} // {code(step)}) * {code(step)}\n")
+
+    def ranged(start: cst.BaseExpression, stop: cst.BaseExpression, body: cst.IndentedBlock) -> cst.For:
+        call = cst.Call(func=cst.Name("range"), args=[cst.Arg(start), cst.Arg(stop), cst.Arg(step)])
+        return loop.with_changes(iter=call, body=body, leading_lines=[])
+
+    assert isinstance(loop.body, cst.IndentedBlock)
+    unmasked = loop.body.with_changes(body=[s for i, s in enumerate(loop.body.body) if i != mask_index])
+    below = ranged(low, cst.Name(split_name), unmasked)
+    on = ranged(cst.Name(split_name), high, loop.body)
+    split_if = cst.If(
+        test=cst.Name(flag),
+        body=cst.IndentedBlock(body=[assign, below, on]),
+        orelse=cst.Else(body=cst.IndentedBlock(body=[loop.with_changes(leading_lines=[])])),
+        leading_lines=loop.leading_lines,
+    )
+    return [(loop, split_if)]
+
+
+# --------------------------------------------------------------------------------------------------------------
+# attention_config
+# --------------------------------------------------------------------------------------------------------------
+
+
+def _config_changes(site: LaunchSite, max_warps: tuple[int, ...]) -> Iterator[tuple[str, str, Pairs, dict]]:
+    from ksmith_mutate.edits import _grid_coupling, with_keyword
+
+    literals = site.literal_ints()
+    if "BLOCK_M" not in literals or "BLOCK_N" not in literals:
+        return
+    for name in ("BLOCK_M", "BLOCK_N"):
+        _, grid_literals = _grid_coupling(site, name, literals[name])
+        if grid_literals is None or grid_literals:
+            return  # the grid divides by the tile's literal: left to the one-value edits, which follow it
+    current = (literals["BLOCK_M"], literals["BLOCK_N"])
+    for block_m, block_n, stages, warps in flex_attention_configs():
+        if warps not in max_warps:
+            continue
+        wanted = {"BLOCK_M": block_m, "BLOCK_N": block_n, "num_warps": warps, "num_stages": stages}
+        if all(literals.get(name) == value for name, value in wanted.items()):
+            continue
+        call = site.call
+        for name, value in wanted.items():
+            call = with_keyword(call, name, cst.Integer(str(value)))
+        shrinks = block_m * block_n < current[0] * current[1]
+        label = f"{block_m}x{block_n}, {warps} warps, {stages} stages"
+        yield (
+            "attention_config",
+            f"attention config -> {label} (Inductor's flex-attention template) in {site.kernel} launch",
+            [(site.call, call)],
+            {"config": [block_m, block_n, stages, warps], "direction": "down" if shrinks else "up"},
+        )

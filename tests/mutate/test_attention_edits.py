@@ -1,0 +1,93 @@
+"""Structural edits of flash-attention kernels (``ksmith_mutate.attention``): the base-2 online softmax, the
+causal diagonal split and Inductor's flex-attention configurations keep the suite's attention seeds correct
+(Triton interpreter on CPU, or a GPU), compose, and are offered only where they mean something."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ksmith_mutate.attention import flex_attention_configs
+from ksmith_mutate.edits import possible_edits
+
+from .conftest import KernelChecker
+
+ATTENTION = Path(__file__).resolve().parents[2] / "plugins" / "ksmith_problems" / "problems" / "attention"
+KINDS = ("exp2_softmax", "diagonal_split", "attention_config")
+
+
+def _seed(name: str) -> str:
+    return (ATTENTION / f"{name}.seed.py").read_text(encoding="utf-8")
+
+
+def _of(source: str, kind: str):
+    return [e for e in possible_edits(source, KINDS) if e.kind == kind]
+
+
+@pytest.mark.parametrize("name", ["attention", "causal_attention"])
+def test_attention_edits_keep_the_seed_correct_alone_and_together(name, tmp_path):
+    checker = KernelChecker(name, tmp_path, ATTENTION)
+    seed = _seed(name)
+    (exp2,) = _of(seed, "exp2_softmax")
+    assert "tl.exp(" not in exp2.source and exp2.source.count("tl.exp2(") == 2
+    assert "(sm_scale * 1.4426950408889634)" in exp2.source
+    splits = _of(seed, "diagonal_split")
+    # The causal seed is split at its diagonal; the non-causal one launches with CAUSAL=False: no split.
+    assert len(splits) == (1 if name == "causal_attention" else 0)
+    candidates = [exp2, *splits]
+    if splits:
+        (both,) = _of(splits[0].source, "exp2_softmax")
+        assert "diagonal_start = (start_m // BLOCK_N) * BLOCK_N" in both.source
+        assert not _of(both.source, "diagonal_split")  # split once
+        candidates.append(both)
+        # At a tile where a query block holds several key blocks, the split still lands on a block edge.
+        wide = [e for e in _of(both.source, "attention_config") if e.detail["config"][:2] == [128, 64]]
+        assert sorted(e.detail["config"][3] for e in wide) == [4, 8]
+        candidates.append(wide[0])
+    for candidate in candidates:
+        error = checker.max_error(candidate.source)
+        assert error < 1e-2, f"{candidate.kind}: relative error {error:.3g}"
+
+
+def test_a_broken_split_is_caught_by_the_check(tmp_path):
+    """The checker the test relies on fails a split that drops the mask on the diagonal blocks too."""
+    checker = KernelChecker("causal_attention", tmp_path, ATTENTION)
+    (split,) = _of(_seed("causal_attention"), "diagonal_split")
+    broken = split.source.replace("range(0, diagonal_start, BLOCK_N)", "range(0, end_n, BLOCK_N)", 1).replace(
+        "range(diagonal_start, end_n, BLOCK_N)", "range(end_n, end_n, BLOCK_N)", 1
+    )
+    assert broken != split.source
+    assert checker.max_error(broken) > 1e-2
+
+
+def test_attention_configs_are_inductors_and_move_all_four_values():
+    configs = flex_attention_configs()
+    assert (128, 64, 3, 4) in configs and (128, 64, 3, 8) in configs and all(len(c) == 4 for c in configs)
+    edits = _of(_seed("attention"), "attention_config")
+    assert len(edits) == len(configs)  # the seed's 64x32 is none of them
+    for edit in edits:
+        block_m, block_n, stages, warps = edit.detail["config"]
+        for text in (
+            f"BLOCK_M={block_m}",
+            f"BLOCK_N={block_n}",
+            f"num_warps={warps}",
+            f"num_stages={stages}",
+        ):
+            assert text in edit.source
+        assert edit.detail["direction"] == "up"  # every flex tile is larger than 64x32
+
+
+def test_kernels_that_are_not_attention_get_none_of_them():
+    matmul = (ATTENTION.parent / "matmul" / "matmul.seed.py").read_text(encoding="utf-8")
+    softmax = (ATTENTION.parent / "softmax" / "online_softmax.seed.py").read_text(encoding="utf-8")
+    assert not possible_edits(matmul, KINDS) and not possible_edits(softmax, KINDS)
+
+
+def test_an_exponent_that_is_not_a_difference_is_left_in_base_e():
+    seed = _seed("attention")
+    changed = seed.replace(
+        "p = tl.exp(scores - m_new[:, None])", "p = tl.exp(scores) / tl.exp(m_new[:, None])"
+    )
+    assert changed != seed
+    assert not _of(changed, "exp2_softmax")
