@@ -26,6 +26,7 @@ from ksmith_mutate.gemm_configs import (
     gemm_config_changes,
     tile_names,
 )
+from ksmith_mutate.loop_split import mask_split_changes
 from ksmith_mutate.native import NATIVE_KINDS, native_changes
 from ksmith_mutate.source_model import (
     DOT_AXIS,
@@ -51,6 +52,7 @@ EDIT_KINDS = (
     "exp2_softmax",
     "diagonal_split",
     "attention_config",
+    "mask_split",
     "block_size",
     "dot_tile",
     "group_m",
@@ -280,6 +282,8 @@ def _all_changes(model: SourceModel, limits: Limits) -> Iterator[_Change]:
         yield _change("split_k", description, pairs, detail=detail)
     for description, pairs, detail in split_k_steps(model):
         yield _change("split_k", description, pairs, safer=detail["direction"] == "down", detail=detail)
+    for description, pairs, detail in mask_split_changes(model):
+        yield _change("mask_split", description, pairs, detail=detail)
     for kind, description, pairs, detail in attention_changes(model, limits.num_warps):
         yield _change(kind, description, pairs, safer=detail["direction"] == "down", detail=detail)
     for site in model.launches:

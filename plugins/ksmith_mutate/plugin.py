@@ -25,6 +25,10 @@ Edit kinds (the arms of the bandit):
     base 2 with the scale folded, the causal key loop split at the diagonal so only diagonal blocks are
     masked, and Inductor's flex-attention configurations (:mod:`ksmith_mutate.attention`). Compute-bound
     parents far below their roofline try them with the tiling edits.
+``mask_split``
+    A blocked loop from 0 (``offs = start + tl.arange(0, BLOCK)``) whose body compares ``offs < n`` runs as
+    two: the full blocks with those comparisons replaced by ``True``, then the rest as written
+    (:mod:`ksmith_mutate.loop_split`). Tried with the structural kinds far below a compute roofline.
 ``block_size``
     A literal ``BLOCK_SIZE`` / ``BLOCK_*`` constexpr at a launch site of a kernel without ``tl.dot``, doubled
     or halved, staying a power of two in 16..8192 for one-dimensional blocks (1..8192 per axis, at most 65536
@@ -153,6 +157,7 @@ STRUCTURAL_FIRST = (
     "gemm_config",
     "exp2_softmax",
     "diagonal_split",
+    "mask_split",
     "attention_config",
     "tma_loads",
     "split_k",
