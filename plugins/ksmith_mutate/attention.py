@@ -3,16 +3,19 @@ Inductor's flex-attention configurations.
 
 A flash-attention kernel (two ``tl.dot`` products per key block, an online softmax between them) is
 compute-bound, and at a third of an H100's tensor throughput its structure is what holds it back, not its
-hints. Measured on an H100 (docs/benchmarks.md §6e) the three rewrites below, with the tile that suits them,
-moved ksmith's attention seeds from 0.57x and 0.54x of torch.compile (cuDNN's flash attention) to 0.77x and
-0.68x in 16 evaluations:
+hints. On an H100 (docs/benchmarks.md §6e) these rewrites, with ``mask_split``
+(:mod:`ksmith_mutate.loop_split`) and the tile that suits them, took the suite's attention seeds from 0.57x and
+0.55x of torch.compile (cuDNN's flash attention) to 0.90x and 0.85x in 32 evaluations:
 
 ``exp2_softmax``
-    The softmax in base 2: the scores' scale is multiplied by log2(e) where the scores are formed
-    (``s = tl.dot(q, k) * sm_scale``), and every ``tl.exp`` becomes ``tl.exp2``. Exact where every exponent
-    is a difference of scaled scores or their running maxima (``exp(s - m)``, ``exp(m_old - m_new)``), which
-    is what an online softmax takes; ``exp2`` is one MUFU instruction where ``exp`` is a multiply and an
-    ``exp2``. Applies only where every ``tl.exp`` takes a difference and the kernel has no ``log``.
+    The softmax in base 2, in one of two forms. Folded: the scores' scale is multiplied by log2(e) where the
+    scores are formed (``s = tl.dot(q, k) * sm_scale``) and every ``tl.exp`` becomes ``tl.exp2``. In the
+    exponent (as Triton's tutorial kernel has it): the scores stay unscaled, the row max is scaled once per
+    row and each exponent is one multiply-add, ``exp2(s * scale' - m)``; only where the scores feed nothing
+    but masks, row maxima and exponents. Exact where every exponent is a difference of scaled scores or
+    their running maxima (``exp(s - m)``, ``exp(m_old - m_new)``), as in an online softmax; ``exp2`` is one
+    MUFU instruction where ``exp`` is a multiply and an ``exp2``. Applies only where every ``tl.exp`` takes
+    a difference, the scores have one scalar scale and the kernel has no ``log``.
 ``diagonal_split``
     A key loop whose mask is narrowed under a constexpr flag (``if CAUSAL: valid = valid & (offs_n[None, :]
     <= offs_m[:, None])``) runs, when the flag is set, as two loops: the key blocks wholly below the diagonal
@@ -39,9 +42,11 @@ from ksmith_mutate.source_model import (
     KernelDef,
     LaunchSite,
     SourceModel,
+    base_name,
     dotted_name,
     is_tl_call,
     keyword_value,
+    walk,
 )
 
 LOG2_E = "1.4426950408889634"
@@ -93,6 +98,13 @@ def attention_changes(
     for kernel in model.kernels.values():
         if not is_attention(kernel):
             continue
+        in_exponent = _exp2_in_exponent(kernel)
+        if in_exponent is not None:
+            description = (
+                "online softmax in base 2, the scale in each exponent's multiply-add and on the row max, "
+                f"in {kernel.name}"
+            )
+            yield "exp2_softmax", description, in_exponent, {"direction": "up", "form": "fma"}
         change = _exp2_softmax(kernel)
         if change is not None:
             yield (
@@ -155,6 +167,8 @@ class _ScaledScores(cst.CSTVisitor):
     def __init__(self, scalars: set[str]) -> None:
         self.scalars = scalars
         self.found: list[cst.Name] = []  # the scale's Name node in each
+        # (target, the assigned product, its unscaled factor) of each
+        self.assigns: list[tuple[str, cst.BinaryOperation, cst.BaseExpression]] = []
 
     def visit_Assign(self, node: cst.Assign) -> None:
         value = node.value
@@ -163,6 +177,9 @@ class _ScaledScores(cst.CSTVisitor):
         for product, scale in ((value.left, value.right), (value.right, value.left)):
             if isinstance(scale, cst.Name) and scale.value in self.scalars and _calls_of(product).dots:
                 self.found.append(scale)
+                target = node.targets[0].target if len(node.targets) == 1 else None
+                if isinstance(target, cst.Name):
+                    self.assigns.append((target.value, value, product))
                 return
 
 
@@ -172,7 +189,9 @@ def _calls_of(node: cst.CSTNode) -> _Calls:
     return calls
 
 
-def _exp2_softmax(kernel: KernelDef) -> Pairs | None:
+def _scaled_scores(kernel: KernelDef) -> tuple[_Calls, _ScaledScores] | None:
+    """The kernel's exponentials and its scaled scores, where base 2 applies: every ``tl.exp`` takes a
+    difference, there is no logarithm, and the scores are scaled by one scalar argument."""
     calls = _calls_of(kernel.node.body)
     if not calls.exps or calls.exp2s or calls.logs:
         return None
@@ -187,6 +206,74 @@ def _exp2_softmax(kernel: KernelDef) -> Pairs | None:
     kernel.node.body.visit(scaled)
     if len({scale.value for scale in scaled.found}) != 1:
         return None  # no scaled scores, or several scales: which exponents take which is not clear
+    return calls, scaled
+
+
+def _base2_scale(scale: str) -> cst.BinaryOperation:
+    return cst.BinaryOperation(
+        left=cst.Name(scale),
+        operator=cst.Multiply(),
+        right=cst.Float(LOG2_E),
+        lpar=[cst.LeftParen()],
+        rpar=[cst.RightParen()],
+    )
+
+
+def _to_exp2(call: cst.Call, arg: cst.BaseExpression | None = None) -> cst.Call:
+    func = call.func
+    assert isinstance(func, cst.Attribute)
+    args = call.args if arg is None else [call.args[0].with_changes(value=arg)]
+    return call.with_changes(func=func.with_changes(attr=cst.Name("exp2")), args=args)
+
+
+def _exp2_in_exponent(kernel: KernelDef) -> Pairs | None:
+    """Base 2 with the scale where the tutorial kernels put it: the scores stay unscaled, the row max is
+    scaled once per row (``tl.max(s, 1) * scale'``), and each exponent is one multiply-add
+    (``exp2(s * scale' - m)``). Only where the scores are used by nothing but masks (``tl.where``), row maxima
+    and the exponents' left operands."""
+    found = _scaled_scores(kernel)
+    if found is None:
+        return None
+    calls, scaled = found
+    names = {target for target, _, _ in scaled.assigns}
+    if len(names) != 1 or len(scaled.assigns) != len(scaled.found):
+        return None
+    (scores,) = names
+    scale = _base2_scale(scaled.found[0].value)
+    pairs: Pairs = [(value, product) for _, value, product in scaled.assigns]
+    allowed: set[int] = set()
+    for node in walk(kernel.node.body):
+        if isinstance(node, cst.Assign):
+            allowed.update(id(t.target) for t in node.targets)
+        elif is_tl_call(node, "where"):
+            allowed.update(id(a.value) for a in node.args)
+        elif is_tl_call(node, "max") and node.args and _is_name(node.args[0].value, scores):
+            allowed.add(id(node.args[0].value))
+            pairs.append((node, cst.BinaryOperation(left=node, operator=cst.Multiply(), right=scale)))
+    for call in calls.exps:
+        difference = call.args[0].value
+        assert isinstance(difference, cst.BinaryOperation)
+        if _is_name(difference.left, scores):
+            allowed.add(id(difference.left))
+            scaled_left = cst.BinaryOperation(left=difference.left, operator=cst.Multiply(), right=scale)
+            pairs.append((call, _to_exp2(call, difference.with_changes(left=scaled_left))))
+        else:
+            pairs.append((call, _to_exp2(call)))
+    uses = [n for n in walk(kernel.node.body) if _is_name(n, scores)]
+    if any(id(n) not in allowed for n in uses):
+        return None  # the scores feed something else, which would see them unscaled
+    return pairs
+
+
+def _is_name(node: cst.CSTNode, name: str) -> bool:
+    return isinstance(node, cst.Name) and node.value == name
+
+
+def _exp2_softmax(kernel: KernelDef) -> Pairs | None:
+    found = _scaled_scores(kernel)
+    if found is None:
+        return None
+    calls, scaled = found
     pairs: Pairs = [
         (
             scale,
@@ -200,10 +287,7 @@ def _exp2_softmax(kernel: KernelDef) -> Pairs | None:
         )
         for scale in scaled.found  # one per copy of the loop (after a diagonal split, three)
     ]
-    for call in calls.exps:
-        func = call.func
-        assert isinstance(func, cst.Attribute)
-        pairs.append((call, call.with_changes(func=func.with_changes(attr=cst.Name("exp2")))))
+    pairs.extend((call, _to_exp2(call)) for call in calls.exps)
     return pairs
 
 
@@ -255,13 +339,6 @@ def _assigned(statements: Any, name: str) -> cst.BaseExpression | None:
     return found
 
 
-def _base_name(node: cst.BaseExpression) -> str | None:
-    """``offs_n`` for ``offs_n[None, :]`` or ``offs_n``."""
-    if isinstance(node, cst.Subscript):
-        node = node.value
-    return node.value if isinstance(node, cst.Name) else None
-
-
 def _diagonal_mask(statement: cst.BaseStatement, flags: set[str]) -> tuple[str, str, str] | None:
     """``if FLAG: x = x & (keys <= queries)``: (FLAG, key offsets' name, query offsets' name)."""
     if not (
@@ -284,7 +361,7 @@ def _diagonal_mask(statement: cst.BaseStatement, flags: set[str]) -> tuple[str, 
     if not (isinstance(compare, cst.Comparison) and len(compare.comparisons) == 1):
         return None
     op = compare.comparisons[0].operator
-    left, right = _base_name(compare.left), _base_name(compare.comparisons[0].comparator)
+    left, right = base_name(compare.left), base_name(compare.comparisons[0].comparator)
     if left is None or right is None:
         return None
     if isinstance(op, (cst.LessThanEqual, cst.LessThan)):

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 
 import libcst as cst
 
-from ksmith_mutate.source_model import KernelDef, SourceModel, is_tl_call
+from ksmith_mutate.source_model import KernelDef, SourceModel, base_name, is_tl_call, walk
 
 Pairs = list[tuple[cst.CSTNode, cst.CSTNode]]
 FULL_END = "full_blocks_end"
@@ -44,18 +44,12 @@ def mask_split_changes(model: SourceModel) -> Iterator[tuple[str, Pairs, dict]]:
 
 def _fresh_name(kernel: KernelDef) -> str:
     """``full_blocks_end``, or with a number where a loop of the kernel was split already."""
-    taken = {node.value for node in _walk(kernel.node) if isinstance(node, cst.Name)}
+    taken = {node.value for node in walk(kernel.node) if isinstance(node, cst.Name)}
     name, n = FULL_END, 1
     while name in taken:
         n += 1
         name = f"{FULL_END}_{n}"
     return name
-
-
-def _walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
-    yield node
-    for child in node.children:
-        yield from _walk(child)
 
 
 class _Loops(cst.CSTVisitor):
@@ -81,7 +75,7 @@ def _range_from_zero(loop: cst.For) -> tuple[cst.BaseExpression, cst.BaseExpress
 
 def _assigned_names(body: cst.CSTNode) -> dict[str, list[cst.BaseExpression]]:
     values: dict[str, list[cst.BaseExpression]] = {}
-    for node in _walk(body):
+    for node in walk(body):
         if isinstance(node, cst.Assign):
             for target in node.targets:
                 if isinstance(target.target, cst.Name):
@@ -89,12 +83,6 @@ def _assigned_names(body: cst.CSTNode) -> dict[str, list[cst.BaseExpression]]:
         elif isinstance(node, (cst.AugAssign, cst.AnnAssign)) and isinstance(node.target, cst.Name):
             values.setdefault(node.target.value, []).append(node.value)  # type: ignore[arg-type]
     return values
-
-
-def _base_name(node: cst.BaseExpression) -> str | None:
-    if isinstance(node, cst.Subscript):
-        node = node.value
-    return node.value if isinstance(node, cst.Name) else None
 
 
 def _bound_comparisons(loop: cst.For) -> tuple[list[cst.Comparison], str] | None:
@@ -116,7 +104,7 @@ def _bound_comparisons(loop: cst.For) -> tuple[list[cst.Comparison], str] | None
     }
     comparisons: list[cst.Comparison] = []
     bounds: set[str] = set()
-    for node in _walk(loop.body):
+    for node in walk(loop.body):
         if isinstance(node, cst.For):
             if node is not loop:
                 return None  # a nested loop: its own blocks are not this one's
@@ -126,7 +114,7 @@ def _bound_comparisons(loop: cst.For) -> tuple[list[cst.Comparison], str] | None
         bound = target.comparator
         if (
             isinstance(target.operator, cst.LessThan)
-            and _base_name(node.left) in offsets
+            and base_name(node.left) in offsets
             and isinstance(bound, cst.Name)
             and bound.value not in assigned
         ):

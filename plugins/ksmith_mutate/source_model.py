@@ -10,6 +10,7 @@ because the code that computed it knows something the proposer does not.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -108,6 +109,20 @@ def is_tl_call(node: cst.CSTNode, *names: str) -> bool:
         return False
     name = dotted_name(node.func)
     return any(name in (f"tl.{n}", f"triton.language.{n}") for n in names)
+
+
+def walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    """``node`` and every node below it, depth first."""
+    yield node
+    for child in node.children:
+        yield from walk(child)
+
+
+def base_name(node: cst.BaseExpression) -> str | None:
+    """``offs`` for ``offs[None, :]`` or ``offs``; None for anything else."""
+    if isinstance(node, cst.Subscript):
+        node = node.value
+    return node.value if isinstance(node, cst.Name) else None
 
 
 def _decorator_name(decorator: cst.Decorator) -> str:

@@ -29,15 +29,21 @@ def _of(source: str, kind: str):
 def test_attention_edits_keep_the_seed_correct_alone_and_together(name, tmp_path):
     checker = KernelChecker(name, tmp_path, ATTENTION)
     seed = _seed(name)
-    (exp2,) = _of(seed, "exp2_softmax")
-    assert "tl.exp(" not in exp2.source and exp2.source.count("tl.exp2(") == 2
-    assert "(sm_scale * 1.4426950408889634)" in exp2.source
+    fma, exp2 = _of(seed, "exp2_softmax")
+    for edit in (fma, exp2):
+        assert "tl.exp(" not in edit.source and edit.source.count("tl.exp2(") == 2
+    assert "scores = tl.dot(q, tl.trans(k)) * (sm_scale * 1.4426950408889634)" in exp2.source
+    assert fma.detail["form"] == "fma" and "scores = tl.dot(q, tl.trans(k))\n" in fma.source
+    assert "tl.max(scores, axis=1) * (sm_scale * 1.4426950408889634)" in fma.source
+    assert "tl.exp2(scores * (sm_scale * 1.4426950408889634) - m_new[:, None])" in fma.source
     splits = _of(seed, "diagonal_split")
     # The causal seed is split at its diagonal; the non-causal one launches with CAUSAL=False: no split.
     assert len(splits) == (1 if name == "causal_attention" else 0)
-    candidates = [exp2, *splits]
+    candidates = [fma, exp2, *splits]
     if splits:
-        (both,) = _of(splits[0].source, "exp2_softmax")
+        both_fma, both = _of(splits[0].source, "exp2_softmax")
+        assert both_fma.source.count("tl.max(scores, axis=1) * (sm_scale") == 3  # each copy of the loop
+        candidates.append(both_fma)
         assert "diagonal_start = (start_m // BLOCK_N) * BLOCK_N" in both.source
         assert not _of(both.source, "diagonal_split")  # split once
         candidates.append(both)
@@ -82,6 +88,18 @@ def test_kernels_that_are_not_attention_get_none_of_them():
     matmul = (ATTENTION.parent / "matmul" / "matmul.seed.py").read_text(encoding="utf-8")
     softmax = (ATTENTION.parent / "softmax" / "online_softmax.seed.py").read_text(encoding="utf-8")
     assert not possible_edits(matmul, KINDS) and not possible_edits(softmax, KINDS)
+
+
+def test_scores_used_beyond_masks_maxima_and_exponents_keep_their_scale():
+    seed = _seed("attention")
+    changed = seed.replace(
+        "l_i = l_i * alpha + tl.sum(p, axis=1)",
+        "l_i = l_i * alpha + tl.sum(p, axis=1) + 0.0 * tl.sum(scores, axis=1)",
+    )
+    assert changed != seed
+    assert [e.detail.get("form") for e in _of(changed, "exp2_softmax")] == [
+        None
+    ]  # the folded-scale form only
 
 
 def test_an_exponent_that_is_not_a_difference_is_left_in_base_e():
