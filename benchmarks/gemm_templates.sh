@@ -8,6 +8,7 @@
 #
 #   KERNELBENCH=~/KernelBench/KernelBench bash benchmarks/gemm_templates.sh
 #   EVOLVE=1 bash benchmarks/gemm_templates.sh
+#   EVOLVE=1 BUDGET=32 ONLY="matmul bmm" bash benchmarks/gemm_templates.sh   # a subset, another budget
 #   KERNELBENCH=~/KernelBench/KernelBench EVOLVE=l2 bash benchmarks/gemm_templates.sh
 #
 # KERNELBENCH: a directory holding KernelBench's level1/ and level2/ (not shipped with ksmith). Where dependency
@@ -45,7 +46,8 @@ bench() {
 
 case "${EVOLVE:-0}" in
   l2) bench evolve-l2 inductor "$KB_L2" --evolve --budget 16 ;;
-  1) bench evolve-suite inductor "$SUITE" --evolve --budget 16 ;;
+  1) if [ -n "${ONLY:-}" ]; then SUITE=$(for f in $SUITE; do for n in $ONLY; do [ "$(basename $f .py)" = "$n" ] && echo $f; done; done); fi
+     bench evolve-suite inductor "$SUITE" --evolve --budget "${BUDGET:-16}" ;;
   *) for T in ${TEMPLATES:-inductor ksmith}; do bench "$T" "$T" "$SUITE $KB"; done ;;
 esac
 [ "${EVOLVE:-0}" = 0 ] || exit 0
