@@ -111,6 +111,7 @@ class RunResult:
     revalidated: Verdict | None  # the re-validation of ``best``; None when it was not re-validated
     # Candidates that were the best in turn and failed their re-validation, in order; ``best`` is the next.
     set_aside: tuple[Scored, ...] = ()
+    failed_revalidations: tuple[Verdict, ...] = ()  # their re-validations' verdicts, in the same order
 
 
 def new_run_dir(problem: Problem, root: Path | None = None) -> Path:
@@ -359,10 +360,11 @@ class Engine:
 
     def _finish(self, reason: str, detail: str | None = None) -> RunResult:
         run = self.run
-        revalidated, set_aside = self._revalidate() if run.config.revalidate_best else (None, [])
+        detail = detail or self._stop_detail(reason)  # of the best that stopped the run, before re-validation
+        revalidated, set_aside, failed = self._revalidate() if run.config.revalidate_best else (None, [], [])
         end = {
             "reason": reason,
-            "detail": detail or self._stop_detail(reason),
+            "detail": detail,
             "evaluations": run.evaluations,
             "dropped": run.dropped_counts(),
         }
@@ -372,15 +374,22 @@ class Engine:
         self.pm.hook.ksmith_run_end(run=run, reason=reason)
         seed = run.by_id.get(run.seed_id) if run.seed_id else None
         return RunResult(
-            run.store.path, run.evaluations, run.best, seed, reason, revalidated, tuple(set_aside)
+            run.store.path,
+            run.evaluations,
+            run.best,
+            seed,
+            reason,
+            revalidated,
+            tuple(set_aside),
+            tuple(failed),
         )
 
-    def _revalidate(self) -> tuple[Verdict | None, list[Scored]]:
+    def _revalidate(self) -> tuple[Verdict | None, list[Scored], list[Verdict]]:
         """Fresh seeds, fresh inputs, a fresh process: the best must hold up once more, dispatched by the
         executor like any evaluation. One that does not is set aside and the next best is tried, up to
         :data:`MAX_REVALIDATIONS` in all; returns the re-validation of the best that held (None if none was
-        left to try or none held) and those set aside."""
-        run, set_aside = self.run, []
+        left to try or none held), those set aside and their failed re-validations."""
+        run, set_aside, failed = self.run, [], []
         while run.best is not None and len(set_aside) < MAX_REVALIDATIONS:
             best = run.best
             job = EvalJob(run.problem, best.candidate, run.config.eval)
@@ -388,10 +397,11 @@ class Engine:
             run.store.record_event("revalidation", verdict.to_dict(), best.candidate.id)
             self.on_event("revalidated", {"verdict": verdict, "candidate": best.candidate})
             if verdict.accepted:
-                return verdict, set_aside
+                return verdict, set_aside, failed
             run.set_aside(best.candidate.id)
             set_aside.append(best)
-        return None, set_aside
+            failed.append(verdict)
+        return None, set_aside, failed
 
     def close(self) -> None:
         self.run.store.close()

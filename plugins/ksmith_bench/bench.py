@@ -475,6 +475,13 @@ class Bench:
             extra["failed_revalidation"] = [
                 {"candidate_id": s.candidate.id, "speedup": s.verdict.speedup} for s in result.set_aside
             ]
+        if best is None and result.set_aside:
+            # Every accepted candidate failed its re-validation: the row is the last of those verdicts.
+            row = _row(
+                problem, result.set_aside[-1].candidate, result.failed_revalidations[-1], "evolve", extra
+            )
+            row["reasons"].append("FAILED_REVALIDATION: every accepted candidate failed its re-validation")
+            return row
         row = _row(problem, best.candidate if best else None, verdict, "evolve", extra)
         if best is None and seed is not None:
             row["status"] = seed.verdict.status.value

@@ -42,10 +42,13 @@ from ksmith_mutate.source_model import (
     KernelDef,
     LaunchSite,
     SourceModel,
+    arange_offsets,
     base_name,
     dotted_name,
+    fresh_name,
     is_tl_call,
     keyword_value,
+    same_code,
     walk,
 )
 
@@ -206,7 +209,66 @@ def _scaled_scores(kernel: KernelDef) -> tuple[_Calls, _ScaledScores] | None:
     kernel.node.body.visit(scaled)
     if len({scale.value for scale in scaled.found}) != 1:
         return None  # no scaled scores, or several scales: which exponents take which is not clear
+    names = {target for target, _, _ in scaled.assigns}
+    if len(names) != 1 or len(scaled.assigns) != len(scaled.found):
+        return None
+    if not _softmax_only(kernel, next(iter(names))):
+        return None
     return calls, scaled
+
+
+def _softmax_only(kernel: KernelDef, scores: str) -> bool:
+    """Whether the scores and their running maxima feed nothing but the online softmax: the scores only
+    masks assigned back to them (``s = tl.where(c, s, -inf)``), row maxima (``tl.max(s, ...)``) and the left
+    side of exponents; the maxima (names assigned from ``tl.maximum`` / ``tl.max(s)``, and their carries)
+    only ``tl.maximum``, exponents and each other. Anything else (a bias added to the scaled scores, a max
+    stored as an output) would see the values in the wrong base."""
+    body = kernel.node.body
+    maxima: set[str] = set()
+    assigns = [n for n in walk(body) if isinstance(n, cst.Assign) and len(n.targets) == 1]
+    grew = True
+    while grew:
+        grew = False
+        for node in assigns:
+            target = node.targets[0].target
+            if not isinstance(target, cst.Name) or target.value in maxima:
+                continue
+            value = node.value
+            from_max = is_tl_call(value, "maximum") or (
+                is_tl_call(value, "max") and value.args and _is_name(value.args[0].value, scores)
+            )
+            if from_max or (isinstance(value, cst.Name) and value.value in maxima):
+                maxima.add(target.value)
+                grew = True
+    tracked = maxima | {scores}
+    allowed: set[int] = set()
+    for node in assigns:
+        allowed.add(id(node.targets[0].target))
+        value = node.value
+        if isinstance(value, cst.Name) and value.value in maxima:
+            allowed.add(id(value))  # a carry: m_i = m_new
+        if _is_name(node.targets[0].target, scores) and is_tl_call(value, "where"):
+            allowed.update(id(a.value) for a in value.args if _is_name(a.value, scores))
+    for node in walk(body):
+        if is_tl_call(node, "maximum"):
+            allowed.update(id(_name_of(a.value)) for a in node.args if _name_of(a.value) is not None)
+        elif is_tl_call(node, "max") and node.args and _is_name(node.args[0].value, scores):
+            allowed.add(id(node.args[0].value))
+        elif is_tl_call(node, "exp"):
+            difference = node.args[0].value
+            assert isinstance(difference, cst.BinaryOperation)
+            for side in (difference.left, difference.right):
+                if _name_of(side) is not None:
+                    allowed.add(id(_name_of(side)))
+    uses = [n for n in walk(body) if isinstance(n, cst.Name) and n.value in tracked]
+    return all(id(n) in allowed for n in uses)
+
+
+def _name_of(node: cst.BaseExpression) -> cst.Name | None:
+    """The Name in ``m`` or ``m[:, None]``."""
+    if isinstance(node, cst.Subscript):
+        node = node.value
+    return node if isinstance(node, cst.Name) else None
 
 
 def _base2_scale(scale: str) -> cst.BinaryOperation:
@@ -229,39 +291,31 @@ def _to_exp2(call: cst.Call, arg: cst.BaseExpression | None = None) -> cst.Call:
 def _exp2_in_exponent(kernel: KernelDef) -> Pairs | None:
     """Base 2 with the scale where the tutorial kernels put it: the scores stay unscaled, the row max is
     scaled once per row (``tl.max(s, 1) * scale'``), and each exponent is one multiply-add
-    (``exp2(s * scale' - m)``). Only where the scores are used by nothing but masks (``tl.where``), row maxima
-    and the exponents' left operands."""
+    (``exp2(s * scale' - m)``). Only where the scores feed nothing but the softmax (:func:`_softmax_only`).
+    Scaling the max after taking it assumes a scale of at least 0, as a softmax temperature is; a negative
+    one fails the evaluator's check."""
     found = _scaled_scores(kernel)
     if found is None:
         return None
     calls, scaled = found
-    names = {target for target, _, _ in scaled.assigns}
-    if len(names) != 1 or len(scaled.assigns) != len(scaled.found):
-        return None
-    (scores,) = names
+    scores = scaled.assigns[0][0]
     scale = _base2_scale(scaled.found[0].value)
     pairs: Pairs = [(value, product) for _, value, product in scaled.assigns]
-    allowed: set[int] = set()
     for node in walk(kernel.node.body):
-        if isinstance(node, cst.Assign):
-            allowed.update(id(t.target) for t in node.targets)
-        elif is_tl_call(node, "where"):
-            allowed.update(id(a.value) for a in node.args)
-        elif is_tl_call(node, "max") and node.args and _is_name(node.args[0].value, scores):
-            allowed.add(id(node.args[0].value))
+        if is_tl_call(node, "max") and node.args and _is_name(node.args[0].value, scores):
             pairs.append((node, cst.BinaryOperation(left=node, operator=cst.Multiply(), right=scale)))
     for call in calls.exps:
         difference = call.args[0].value
         assert isinstance(difference, cst.BinaryOperation)
         if _is_name(difference.left, scores):
-            allowed.add(id(difference.left))
             scaled_left = cst.BinaryOperation(left=difference.left, operator=cst.Multiply(), right=scale)
             pairs.append((call, _to_exp2(call, difference.with_changes(left=scaled_left))))
+        elif _name_of(difference.left) is not None and _name_of(difference.left).value == scores:
+            return None  # a subscripted score tile: not the form this rewrite writes
+        elif _name_of(difference.right) is not None and _name_of(difference.right).value == scores:
+            return None  # scores subtracted: they would stay unscaled there
         else:
             pairs.append((call, _to_exp2(call)))
-    uses = [n for n in walk(kernel.node.body) if _is_name(n, scores)]
-    if any(id(n) not in allowed for n in uses):
-        return None  # the scores feed something else, which would see them unscaled
     return pairs
 
 
@@ -310,17 +364,6 @@ def _range_args(loop: cst.For) -> list[cst.BaseExpression] | None:
 
 def _is_zero(node: cst.BaseExpression) -> bool:
     return isinstance(node, cst.Integer) and int(node.evaluated_value) == 0
-
-
-def _arange_start(value: cst.BaseExpression) -> cst.BaseExpression | None:
-    """``start`` of ``start + tl.arange(0, ...)``."""
-    if (
-        isinstance(value, cst.BinaryOperation)
-        and isinstance(value.operator, cst.Add)
-        and is_tl_call(value.right, "arange")
-    ):
-        return value.left
-    return None
 
 
 def _assigned(statements: Any, name: str) -> cst.BaseExpression | None:
@@ -391,25 +434,35 @@ def _diagonal_split(kernel: KernelDef) -> tuple[Pairs, str] | None:
             query_start = _assigned(statements[: statements.index(loop)], queries)
             if key_start is None or query_start is None:
                 continue
-            first_key, first_query = _arange_start(key_start), _arange_start(query_start)
-            if not (isinstance(first_key, cst.Name) and first_key.value == loop.target.value):
-                continue  # key offsets not counted from the loop's own variable
-            if first_query is None:
+            keys_at, queries_at = arange_offsets(key_start), arange_offsets(query_start)
+            if keys_at is None or queries_at is None:
                 continue
-            return _split_pairs(loop, args, index, flag, first_query), flag
+            if not (_is_name(keys_at[0], loop.target.value) and same_code(keys_at[1], args[2])):
+                continue  # key offsets not one block per step from the loop's own variable
+            name = fresh_name(kernel.node, "diagonal_start")
+            return _split_pairs(loop, args, index, flag, queries_at[0], name), flag
     return None
 
 
 def _split_pairs(
-    loop: cst.For, args: list[cst.BaseExpression], mask_index: int, flag: str, first_query: cst.BaseExpression
+    loop: cst.For,
+    args: list[cst.BaseExpression],
+    mask_index: int,
+    flag: str,
+    first_query: cst.BaseExpression,
+    split_name: str,
 ) -> Pairs:
     """The loop, under ``if FLAG:``, as a loop up to the last key block wholly below the diagonal without the
     mask, then one from there with it; unchanged under ``else:``."""
     low, high, step = args
     code = cst.Module([]).code_for_node
-    split_name = "diagonal_start"
-    # Key blocks starting below this multiple of the step end at or before the program's first query row.
-    assign = cst.parse_statement(f"{split_name} = ({code(first_query)} // {code(step)}) * {code(step)}\n")
+
+    # Blocks starting below the last multiple of the step at or below the program's first query row, and
+    # ending by the loop's own stop, are wholly below the diagonal.
+    assign = cst.parse_statement(
+        f"{split_name} = tl.minimum(({code(first_query)} // {code(step)}) * {code(step)}, "
+        f"({code(high)} // {code(step)}) * {code(step)})\n"
+    )
 
     def ranged(start: cst.BaseExpression, stop: cst.BaseExpression, body: cst.IndentedBlock) -> cst.For:
         call = cst.Call(func=cst.Name("range"), args=[cst.Arg(start), cst.Arg(stop), cst.Arg(step)])

@@ -18,7 +18,15 @@ from collections.abc import Iterator
 
 import libcst as cst
 
-from ksmith_mutate.source_model import KernelDef, SourceModel, base_name, is_tl_call, walk
+from ksmith_mutate.source_model import (
+    SourceModel,
+    arange_offsets,
+    base_name,
+    fresh_name,
+    is_tl_call,
+    same_code,
+    walk,
+)
 
 Pairs = list[tuple[cst.CSTNode, cst.CSTNode]]
 FULL_END = "full_blocks_end"
@@ -37,19 +45,9 @@ def mask_split_changes(model: SourceModel) -> Iterator[tuple[str, Pairs, dict]]:
             code = cst.Module([]).code_for_node
             yield (
                 f"full blocks of loop {number} in {kernel.name} without the mask {code(comparisons[0])}",
-                [(loop, _split(loop, comparisons, bound, _fresh_name(kernel)))],
+                [(loop, _split(loop, comparisons, bound, fresh_name(kernel.node, FULL_END)))],
                 {"direction": "up", "loop": number},
             )
-
-
-def _fresh_name(kernel: KernelDef) -> str:
-    """``full_blocks_end``, or with a number where a loop of the kernel was split already."""
-    taken = {node.value for node in walk(kernel.node) if isinstance(node, cst.Name)}
-    name, n = FULL_END, 1
-    while name in taken:
-        n += 1
-        name = f"{FULL_END}_{n}"
-    return name
 
 
 class _Loops(cst.CSTVisitor):
@@ -91,17 +89,20 @@ def _bound_comparisons(loop: cst.For) -> tuple[list[cst.Comparison], str] | None
     if _range_from_zero(loop) is None or not isinstance(loop.target, cst.Name):
         return None
     variable = loop.target.value
+    _, step = _range_from_zero(loop)  # type: ignore[misc]
     assigned = _assigned_names(loop.body)
-    offsets = {
-        name
-        for name, values in assigned.items()
-        if len(values) == 1
-        and isinstance(values[0], cst.BinaryOperation)
-        and isinstance(values[0].operator, cst.Add)
-        and isinstance(values[0].left, cst.Name)
-        and values[0].left.value == variable
-        and is_tl_call(values[0].right, "arange")
-    }
+    offsets = set()
+    for name, values in assigned.items():
+        at = arange_offsets(values[0]) if len(values) == 1 else None
+        # One block per step from the loop's own variable: a block longer than the step (a sliding window)
+        # would cross the bound before the last step.
+        if (
+            at is not None
+            and isinstance(at[0], cst.Name)
+            and at[0].value == variable
+            and same_code(at[1], step)
+        ):
+            offsets.add(name)
     comparisons: list[cst.Comparison] = []
     bounds: set[str] = set()
     for node in walk(loop.body):
@@ -122,7 +123,58 @@ def _bound_comparisons(loop: cst.For) -> tuple[list[cst.Comparison], str] | None
             bounds.add(bound.value)
     if not comparisons or len(bounds) != 1:
         return None
+    parents = _parents(loop.body)
+    if not all(_used_as_mask(c, parents, loop.body) for c in comparisons):
+        return None  # a mask indexed, converted or reduced: ``True`` would not stand in for it
     return comparisons, bounds.pop()
+
+
+def _constant(node: cst.BaseExpression) -> bool:
+    """A number written out: ``0.0``, ``-1``, ``float("-inf")``."""
+    if isinstance(node, cst.UnaryOperation):
+        node = node.expression
+    if isinstance(node, cst.Call):
+        return isinstance(node.func, cst.Name) and node.func.value == "float"
+    return isinstance(node, (cst.Integer, cst.Float))
+
+
+def _parents(root: cst.CSTNode) -> dict[int, cst.CSTNode]:
+    return {id(child): node for node in walk(root) for child in node.children}
+
+
+def _used_as_mask(
+    node: cst.CSTNode, parents: dict[int, cst.CSTNode], body: cst.CSTNode, seen: set[str] | None = None
+) -> bool:
+    """Whether a mask (a comparison, or a name bound to one) reaches only places where ``True`` means "no
+    mask": a ``mask=`` argument, the condition of ``tl.where``, an ``&`` with another mask, or a name every
+    use of which is one of those."""
+    seen = set() if seen is None else seen
+    parent = parents.get(id(node))
+    if isinstance(parent, cst.Arg):
+        call = parents.get(id(parent))
+        if parent.keyword is not None:
+            return parent.keyword.value == "mask"
+        # tl.where's condition, where a value is a tensor: with two constants the condition is the shape
+        return (
+            is_tl_call(call, "where")
+            and call.args[0] is parent  # type: ignore[union-attr]
+            and not all(_constant(arg.value) for arg in call.args[1:])  # type: ignore[union-attr]
+        )
+    if isinstance(parent, cst.BinaryOperation) and isinstance(parent.operator, cst.BitAnd):
+        return _used_as_mask(parent, parents, body, seen)
+    if isinstance(parent, cst.Assign) and len(parent.targets) == 1 and parent.value is node:
+        target = parent.targets[0].target
+        if not isinstance(target, cst.Name) or target.value in seen:
+            return isinstance(target, cst.Name)
+        seen.add(target.value)
+        targets = {id(t.target) for n in walk(body) if isinstance(n, cst.Assign) for t in n.targets}
+        uses = [
+            n
+            for n in walk(body)
+            if isinstance(n, cst.Name) and n.value == target.value and id(n) not in targets
+        ]
+        return all(_used_as_mask(use, parents, body, seen) for use in uses)
+    return False
 
 
 def _split(loop: cst.For, comparisons: list[cst.Comparison], bound: str, name: str) -> cst.FlattenSentinel:

@@ -125,6 +125,34 @@ def base_name(node: cst.BaseExpression) -> str | None:
     return node.value if isinstance(node, cst.Name) else None
 
 
+def arange_offsets(value: cst.BaseExpression) -> tuple[cst.BaseExpression, cst.BaseExpression] | None:
+    """(start, extent) of ``start + tl.arange(0, extent)``."""
+    if (
+        isinstance(value, cst.BinaryOperation)
+        and isinstance(value.operator, cst.Add)
+        and is_tl_call(value.right, "arange")
+        and len(value.right.args) == 2
+    ):
+        return value.left, value.right.args[1].value
+    return None
+
+
+def same_code(a: cst.CSTNode, b: cst.CSTNode) -> bool:
+    """Whether two expressions are written the same (``BLOCK_N`` and ``BLOCK_N``)."""
+    code = cst.Module([]).code_for_node
+    return code(a).strip() == code(b).strip()
+
+
+def fresh_name(kernel_node: cst.CSTNode, base: str) -> str:
+    """``base``, or ``base_2``, ``base_3``, ... where the kernel already uses that name."""
+    taken = {node.value for node in walk(kernel_node) if isinstance(node, cst.Name)}
+    name, n = base, 1
+    while name in taken:
+        n += 1
+        name = f"{base}_{n}"
+    return name
+
+
 def _decorator_name(decorator: cst.Decorator) -> str:
     target = decorator.decorator
     if isinstance(target, cst.Call):

@@ -154,6 +154,19 @@ def test_a_bench_row_reports_the_best_that_held_its_revalidation_and_names_those
     assert not any(r.startswith("NOT_REVALIDATED") for r in row["reasons"])
 
 
+def test_a_bench_row_whose_every_accepted_candidate_failed_revalidation_is_not_counted_correct(
+    toy_plugin, tmp_path
+):
+    toy_plugin.flaky_from = 1.0  # the seed passes its evaluation and fails the re-validation
+    suite = make_suite(tmp_path / "suite", {"one": 1.0})
+    config = RunConfig(proposer="toy", select="greedy", budget=1, proposals_per_step=1)
+    result = Bench(tmp_path / "out", config, evolve=True).run(collect_problems([suite]))
+    (row,) = result["rows"]
+    assert row["status"] == "incorrect" and row["speedup"] is None, row
+    assert any(r.startswith("FAILED_REVALIDATION") for r in row["reasons"])
+    assert result["summary"]["correct"] == 0
+
+
 def test_bench_evolve_resumes_a_run_stopped_before_its_seed_was_judged(toy_plugin, tmp_path):
     from ksmith_bench.bench import candidate_for
     from ksmith_core.engine import Engine

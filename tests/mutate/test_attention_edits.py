@@ -44,7 +44,10 @@ def test_attention_edits_keep_the_seed_correct_alone_and_together(name, tmp_path
         both_fma, both = _of(splits[0].source, "exp2_softmax")
         assert both_fma.source.count("tl.max(scores, axis=1) * (sm_scale") == 3  # each copy of the loop
         candidates.append(both_fma)
-        assert "diagonal_start = (start_m // BLOCK_N) * BLOCK_N" in both.source
+        assert (
+            "diagonal_start = tl.minimum((start_m // BLOCK_N) * BLOCK_N, (end_n // BLOCK_N) * BLOCK_N)"
+            in both.source
+        )
         assert not _of(both.source, "diagonal_split")  # split once
         candidates.append(both)
         # At a tile where a query block holds several key blocks, the split still lands on a block edge.
@@ -90,16 +93,33 @@ def test_kernels_that_are_not_attention_get_none_of_them():
     assert not possible_edits(matmul, KINDS) and not possible_edits(softmax, KINDS)
 
 
-def test_scores_used_beyond_masks_maxima_and_exponents_keep_their_scale():
+@pytest.mark.parametrize(
+    "old, new",
+    [
+        # a bias added to the scaled scores: base 2 would scale it too
+        (
+            "valid = offs_n[None, :] < seq_len",
+            "scores = scores + 0.5\n        valid = offs_n[None, :] < seq_len",
+        ),
+        # the scores feed a sum
+        (
+            "l_i = l_i * alpha + tl.sum(p, axis=1)",
+            "l_i = l_i * alpha + tl.sum(p, axis=1) + 0.0 * tl.sum(scores, axis=1)",
+        ),
+        # the masked scores under a new name: the max and the exponent would read them unscaled
+        (
+            'scores = tl.where(valid, scores, float("-inf"))\n        m_new = tl.maximum(m_i, tl.max(scores, axis=1))',
+            'masked = tl.where(valid, scores, float("-inf"))\n        m_new = tl.maximum(m_i, tl.max(masked, axis=1))',
+        ),
+        # the running max is an output of its own
+        ("out = acc / l_i[:, None]", "tl.store(out_ptr, tl.max(m_i, axis=0))\n    out = acc / l_i[:, None]"),
+    ],
+)
+def test_scores_or_maxima_that_feed_more_than_the_softmax_stay_in_base_e(old, new):
     seed = _seed("attention")
-    changed = seed.replace(
-        "l_i = l_i * alpha + tl.sum(p, axis=1)",
-        "l_i = l_i * alpha + tl.sum(p, axis=1) + 0.0 * tl.sum(scores, axis=1)",
-    )
+    changed = seed.replace(old, new, 1)
     assert changed != seed
-    assert [e.detail.get("form") for e in _of(changed, "exp2_softmax")] == [
-        None
-    ]  # the folded-scale form only
+    assert not _of(changed, "exp2_softmax")
 
 
 def test_an_exponent_that_is_not_a_difference_is_left_in_base_e():

@@ -80,3 +80,30 @@ def k(x_ptr, n, start0, BLOCK: tl.constexpr):
     assert _splits(body.format(lo="0", op="<"))
     assert not _splits(body.format(lo="start0", op="<"))  # not from 0: the full blocks are not a prefix
     assert not _splits(body.format(lo="0", op="<="))  # not a bound the blocks stay below
+
+
+def test_masks_that_true_cannot_stand_in_for_and_windows_longer_than_the_step_are_left_alone():
+    body = """import triton
+import triton.language as tl
+
+
+@triton.jit
+def k(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    for start in range(0, n, {step}):
+        cols = start + tl.arange(0, BLOCK)
+        mask = cols < n
+        {use}
+    tl.store(y_ptr + tl.arange(0, BLOCK), acc)
+"""
+    plain = "acc += tl.load(x_ptr + cols, mask=mask, other=0.0)"
+    assert _splits(body.format(step="BLOCK", use=plain))
+    assert not _splits(body.format(step="1", use=plain))  # a sliding window reads past n before the end
+    for use in (
+        "acc += tl.load(x_ptr + cols, mask=mask[None, :], other=0.0)",  # indexed
+        "acc += mask.to(tl.float32)",  # converted
+        "acc += tl.sum(tl.where(mask, 1.0, 0.0), axis=0)",  # the mask is the only tensor: its shape
+    ):
+        assert not _splits(body.format(step="BLOCK", use=use)), use
+    tensor_where = "acc += tl.where(mask, tl.load(x_ptr + cols, mask=mask, other=0.0), 0.0)"
+    assert _splits(body.format(step="BLOCK", use=tensor_where))
