@@ -48,6 +48,7 @@ from ksmith_mutate.source_model import (
     fresh_name,
     is_tl_call,
     keyword_value,
+    range_from_zero,
     same_code,
     walk,
 )
@@ -350,22 +351,6 @@ def _exp2_softmax(kernel: KernelDef) -> Pairs | None:
 # --------------------------------------------------------------------------------------------------------------
 
 
-def _range_args(loop: cst.For) -> list[cst.BaseExpression] | None:
-    it = loop.iter
-    if (
-        isinstance(it, cst.Call)
-        and isinstance(it.func, cst.Name)
-        and it.func.value == "range"
-        and len(it.args) == 3
-    ):
-        return [a.value for a in it.args]
-    return None
-
-
-def _is_zero(node: cst.BaseExpression) -> bool:
-    return isinstance(node, cst.Integer) and int(node.evaluated_value) == 0
-
-
 def _assigned(statements: Any, name: str) -> cst.BaseExpression | None:
     """The value of the single-target assignment to ``name`` among ``statements`` (the last one)."""
     found = None
@@ -421,8 +406,8 @@ def _diagonal_split(kernel: KernelDef) -> tuple[Pairs, str] | None:
     for loop in statements:
         if not isinstance(loop, cst.For) or not isinstance(loop.target, cst.Name):
             continue
-        args = _range_args(loop)
-        if args is None or not _is_zero(args[0]) or not isinstance(loop.body, cst.IndentedBlock):
+        bounds = range_from_zero(loop)
+        if bounds is None or not isinstance(loop.body, cst.IndentedBlock):
             continue  # from a key other than 0, the blocks below the diagonal are not a prefix of the loop
         inner = list(loop.body.body)
         for index, statement in enumerate(inner):
@@ -437,16 +422,16 @@ def _diagonal_split(kernel: KernelDef) -> tuple[Pairs, str] | None:
             keys_at, queries_at = arange_offsets(key_start), arange_offsets(query_start)
             if keys_at is None or queries_at is None:
                 continue
-            if not (_is_name(keys_at[0], loop.target.value) and same_code(keys_at[1], args[2])):
+            if not (_is_name(keys_at[0], loop.target.value) and same_code(keys_at[1], bounds[1])):
                 continue  # key offsets not one block per step from the loop's own variable
             name = fresh_name(kernel.node, "diagonal_start")
-            return _split_pairs(loop, args, index, flag, queries_at[0], name), flag
+            return _split_pairs(loop, bounds, index, flag, queries_at[0], name), flag
     return None
 
 
 def _split_pairs(
     loop: cst.For,
-    args: list[cst.BaseExpression],
+    bounds: tuple[cst.BaseExpression, cst.BaseExpression],
     mask_index: int,
     flag: str,
     first_query: cst.BaseExpression,
@@ -454,7 +439,7 @@ def _split_pairs(
 ) -> Pairs:
     """The loop, under ``if FLAG:``, as a loop up to the last key block wholly below the diagonal without the
     mask, then one from there with it; unchanged under ``else:``."""
-    low, high, step = args
+    high, step = bounds
     code = cst.Module([]).code_for_node
 
     # Blocks starting below the last multiple of the step at or below the program's first query row, and
@@ -470,7 +455,7 @@ def _split_pairs(
 
     assert isinstance(loop.body, cst.IndentedBlock)
     unmasked = loop.body.with_changes(body=[s for i, s in enumerate(loop.body.body) if i != mask_index])
-    below = ranged(low, cst.Name(split_name), unmasked)
+    below = ranged(cst.Integer("0"), cst.Name(split_name), unmasked)
     on = ranged(cst.Name(split_name), high, loop.body)
     split_if = cst.If(
         test=cst.Name(flag),

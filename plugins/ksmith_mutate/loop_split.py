@@ -24,6 +24,7 @@ from ksmith_mutate.source_model import (
     base_name,
     fresh_name,
     is_tl_call,
+    range_from_zero,
     same_code,
     walk,
 )
@@ -58,19 +59,6 @@ class _Loops(cst.CSTVisitor):
         self.found.append(node)
 
 
-def _range_from_zero(loop: cst.For) -> tuple[cst.BaseExpression, cst.BaseExpression] | None:
-    """(stop, step) of ``for v in range(0, stop, step)``."""
-    it = loop.iter
-    if not (isinstance(it, cst.Call) and isinstance(it.func, cst.Name) and it.func.value == "range"):
-        return None
-    if len(it.args) != 3 or any(arg.keyword is not None for arg in it.args):
-        return None
-    start, stop, step = (arg.value for arg in it.args)
-    if not (isinstance(start, cst.Integer) and int(start.evaluated_value) == 0):
-        return None
-    return stop, step
-
-
 def _assigned_names(body: cst.CSTNode) -> dict[str, list[cst.BaseExpression]]:
     values: dict[str, list[cst.BaseExpression]] = {}
     for node in walk(body):
@@ -86,10 +74,10 @@ def _assigned_names(body: cst.CSTNode) -> dict[str, list[cst.BaseExpression]]:
 def _bound_comparisons(loop: cst.For) -> tuple[list[cst.Comparison], str] | None:
     """The loop body's ``offs[...] < bound`` comparisons, where ``offs = <loop variable> + tl.arange(...)``
     is assigned once in the body and ``bound`` is a name the body never assigns; all against one bound."""
-    if _range_from_zero(loop) is None or not isinstance(loop.target, cst.Name):
+    if range_from_zero(loop) is None or not isinstance(loop.target, cst.Name):
         return None
     variable = loop.target.value
-    _, step = _range_from_zero(loop)  # type: ignore[misc]
+    _, step = range_from_zero(loop)  # type: ignore[misc]
     assigned = _assigned_names(loop.body)
     offsets = set()
     for name, values in assigned.items():
@@ -178,7 +166,7 @@ def _used_as_mask(
 
 
 def _split(loop: cst.For, comparisons: list[cst.Comparison], bound: str, name: str) -> cst.FlattenSentinel:
-    stop, step = _range_from_zero(loop)  # type: ignore[misc]
+    stop, step = range_from_zero(loop)  # type: ignore[misc]
     code = cst.Module([]).code_for_node
     stop_text, step_text = code(stop), code(step)
     # The full blocks end at the last multiple of the step at or below the bound, and no later than the

@@ -125,6 +125,19 @@ def base_name(node: cst.BaseExpression) -> str | None:
     return node.value if isinstance(node, cst.Name) else None
 
 
+def range_from_zero(loop: cst.For) -> tuple[cst.BaseExpression, cst.BaseExpression] | None:
+    """(stop, step) of ``for v in range(0, stop, step)`` (positional arguments, a literal 0 start)."""
+    it = loop.iter
+    if not (isinstance(it, cst.Call) and isinstance(it.func, cst.Name) and it.func.value == "range"):
+        return None
+    if len(it.args) != 3 or any(arg.keyword is not None for arg in it.args):
+        return None
+    start, stop, step = (arg.value for arg in it.args)
+    if not (isinstance(start, cst.Integer) and int(start.evaluated_value) == 0):
+        return None
+    return stop, step
+
+
 def arange_offsets(value: cst.BaseExpression) -> tuple[cst.BaseExpression, cst.BaseExpression] | None:
     """(start, extent) of ``start + tl.arange(0, extent)``."""
     if (
