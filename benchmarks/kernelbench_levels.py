@@ -133,6 +133,12 @@ def evolve(args: argparse.Namespace) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     if subset_file.exists():
         chosen = json.loads(subset_file.read_text())["problems"]
+    elif args.problems:
+        chosen = list(args.problems)
+        subset_file.write_text(json.dumps({"rule": "named with --problems", "problems": chosen}, indent=1))
+    elif args.source is None:
+        print("evolve needs --from (a run's --out) or --problems", file=sys.stderr)
+        return 2
     else:
         chosen = choose_subset(latest_rows(args.source), args.count)
         subset_file.write_text(json.dumps({"rule": SUBSET_RULE, "problems": chosen}, indent=1))
@@ -149,7 +155,8 @@ def evolve(args: argparse.Namespace) -> int:
             shutil.copyfile(
                 level_dir(args.kernelbench, int(level.removeprefix("level"))) / f"{name}.py", linked
             )
-        for stored in (args.source / "seeds").glob(f"{name}.seed.*"):  # the seed run stored, reused as it is
+        stored_seeds = (args.source / "seeds").glob(f"{name}.seed.*") if args.source else ()
+        for stored in stored_seeds:  # the seed run stored, reused as it is
             if not (seeds / stored.name).exists():
                 shutil.copyfile(stored, seeds / stored.name)
         files.append(str(linked))
@@ -342,7 +349,14 @@ def main(argv: list[str] | None = None) -> int:
     p_run.add_argument("--deadline-s", type=float, default=540.0)
     p_evolve = sub.add_parser("evolve", help="evolve a subset of what run evaluated, from its seeds")
     p_evolve.add_argument("--kernelbench", type=Path, required=True, help="a KernelBench checkout")
-    p_evolve.add_argument("--from", dest="source", type=Path, required=True, help="run's --out")
+    p_evolve.add_argument("--from", dest="source", type=Path, default=None, help="run's --out")
+    p_evolve.add_argument(
+        "--problems",
+        nargs="+",
+        default=None,
+        metavar="LEVEL/NAME",
+        help="evolve these (level1/38_L1Norm_ ...) instead of a subset of --from; seeds made afresh",
+    )
     p_evolve.add_argument("--out", type=Path, required=True)
     p_evolve.add_argument("--count", type=int, default=20)
     p_evolve.add_argument("--budget", type=int, default=16)

@@ -18,6 +18,7 @@ import libcst as cst
 
 from ksmith_core.errors import CandidateError
 from ksmith_mutate.attention import attention_changes
+from ksmith_mutate.flip_fold import flip_fold_changes
 from ksmith_mutate.gemm_configs import (
     MIN_ELEMENT_BYTES,
     SHARED_MEMORY_BYTES,
@@ -26,6 +27,7 @@ from ksmith_mutate.gemm_configs import (
     gemm_config_changes,
     tile_names,
 )
+from ksmith_mutate.loop_order import loop_reverse_changes
 from ksmith_mutate.loop_split import mask_split_changes
 from ksmith_mutate.native import NATIVE_KINDS, native_changes
 from ksmith_mutate.source_model import (
@@ -53,6 +55,8 @@ EDIT_KINDS = (
     "diagonal_split",
     "attention_config",
     "mask_split",
+    "loop_reverse",
+    "flip_fold",
     "block_size",
     "dot_tile",
     "group_m",
@@ -284,6 +288,10 @@ def _all_changes(model: SourceModel, limits: Limits) -> Iterator[_Change]:
         yield _change("split_k", description, pairs, safer=detail["direction"] == "down", detail=detail)
     for description, pairs, detail in mask_split_changes(model):
         yield _change("mask_split", description, pairs, detail=detail)
+    for description, pairs, detail in loop_reverse_changes(model):
+        yield _change("loop_reverse", description, pairs, detail=detail)
+    for description, pairs, detail in flip_fold_changes(model):
+        yield _change("flip_fold", description, pairs, detail=detail)
     for kind, description, pairs, detail in attention_changes(model, limits.num_warps):
         yield _change(kind, description, pairs, safer=detail["direction"] == "down", detail=detail)
     for site in model.launches:
@@ -620,6 +628,21 @@ def _block_changes(
             safer=new < old,
             detail=_d(name, old, new),
         )
+        # The block and the warps together, each thread keeping the elements it had: a row scan or reduction
+        # may want a smaller block only with fewer warps to share it (KernelBench's reverse cumsum: R0_BLOCK
+        # 2048 -> 1024 alone lost 3 %, with num_warps 16 -> 8 it gained 43 %; docs/benchmarks.md §6f).
+        warps = literals.get("num_warps")
+        if kind == "block_size" and warps is not None:
+            new_warps = warps * new // old
+            if new_warps in limits.num_warps:
+                both = pairs + _set_launch_int(site, "num_warps", warps, new_warps, [])
+                yield _change(
+                    kind,
+                    f"{name} {old} -> {new} with num_warps {warps} -> {new_warps} in {label}{coupled}",
+                    both,
+                    safer=new < old,
+                    detail={**_d(name, old, new), "num_warps": [warps, new_warps]},
+                )
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -29,13 +29,28 @@ Edit kinds (the arms of the bandit):
     A blocked loop from 0 (``offs = start + tl.arange(0, BLOCK)``) whose body compares ``offs < n`` runs as
     two: the full blocks with those comparisons replaced by ``True``, then the rest as written
     (:mod:`ksmith_mutate.loop_split`). Tried with the structural kinds far below a compute roofline.
+``loop_reverse``
+    A later pass over a row (the normalised output after the sums: Inductor's looped reductions, the suite's
+    LayerNorm, RMSNorm, L2 norm, GroupNorm and online softmax) runs from its last block, so it starts with the
+    blocks the first pass read most recently, still in L2. Only loops from 0 whose iterations are independent
+    (nothing carried, no atomic, every store's address following the loop variable) and that re-read a
+    pointer an earlier loop read (:mod:`ksmith_mutate.loop_order`). A memory-bound parent below 0.7 of its
+    roofline tries this kind (after ``flip_fold``) before other untried kinds.
+``flip_fold``
+    A kernel that only reverses the last dimension of another kernel's output (``torch.flip`` after a scan, as
+    Inductor compiles KernelBench's reverse cumsum) is removed, and its producer stores each row reversed
+    instead: one pass over memory fewer. Only where the copy is exactly that flip, the producer's one store
+    into the buffer writes ``r + N * x`` with ``r < N`` guarded, the producer does not read the buffer and
+    nothing after the copy does (:mod:`ksmith_mutate.flip_fold`). Tried first far below a memory roofline.
 ``block_size``
     A literal ``BLOCK_SIZE`` / ``BLOCK_*`` constexpr at a launch site of a kernel without ``tl.dot``, doubled
     or halved, staying a power of two in 16..8192 for one-dimensional blocks (1..8192 per axis, at most 65536
     elements per tile, for multi-dimensional ones). When the grid divides by the same literal
     (``grid = (triton.cdiv(n, 1024),)`` beside ``BLOCK_SIZE=1024``) the grid literal changes with it; when
     that coupling is ambiguous (two tunables share the value) the block is not edited. A grid written as
-    ``lambda meta: (triton.cdiv(n, meta["BLOCK_SIZE"]),)`` follows by itself.
+    ``lambda meta: (triton.cdiv(n, meta["BLOCK_SIZE"]),)`` follows by itself. Where the launch sets
+    ``num_warps``, the same move is also offered with the warps scaled alike (x2 or /2), so each thread keeps
+    the elements it had.
 ``dot_tile``
     ``BLOCK_M`` / ``BLOCK_N`` / ``BLOCK_K`` of a kernel that calls ``tl.dot``: x2 or /2 in 16..256, with the
     accumulator tile ``BLOCK_M * BLOCK_N`` at most 256 x 128.
@@ -162,6 +177,11 @@ STRUCTURAL_FIRST = (
     "tma_loads",
     "split_k",
 )
+
+# Far below the memory roofline, the kinds that change how many passes over memory there are and what they read,
+# untried ones first: a flip folded into its producer's store drops a whole pass; a later pass over a long row
+# from its last block re-reads what L2 still holds (docs/benchmarks.md §6f).
+MEMORY_STRUCTURAL_FIRST = ("flip_fold", "loop_reverse")
 
 __all__ = ["MUTATE", "NAME", "best_working_ancestor", "ksmith_register_proposers", "launch_config", "propose"]
 
@@ -349,9 +369,14 @@ def _faster_dot(pool: list[Edit]) -> bool:
 
 def _wants_bigger_tiles(verdict: Any) -> bool:
     """Compute-bound and far from the roofline: the tile does too little work per byte it loads."""
+    return _far_below(verdict, "compute")
+
+
+def _far_below(verdict: Any, bound: str) -> bool:
+    """Bound by ``bound`` (``"compute"`` or ``"memory"``) and below ``GROW_TILE_BELOW`` of that roofline."""
     fraction = getattr(verdict, "roofline_fraction", None)
     return (
-        getattr(verdict, "roofline_bound", None) == "compute"
+        getattr(verdict, "roofline_bound", None) == bound
         and fraction is not None
         and fraction < GROW_TILE_BELOW
     )
@@ -405,6 +430,7 @@ def _pick_edit(
         listed[parent_id] = len(edits_by_parent[parent_id])
     remaining = edits_by_parent[parent_id]
     grow = _wants_bigger_tiles(plan.parent.verdict)
+    far_from_memory_roofline = _far_below(plan.parent.verdict, "memory")
     while remaining:
         pool = [e for e in remaining if e.safer] if plan.safer else remaining
         pool = pool or remaining
@@ -414,7 +440,7 @@ def _pick_edit(
         # bandit has not tried yet (after that, measured gains decide as for every kind).
         untried = [
             k
-            for k in STRUCTURAL_FIRST
+            for k in (STRUCTURAL_FIRST if grow else MEMORY_STRUCTURAL_FIRST)
             if k in kinds
             and bandit.pulls[k] + pending[k] == 0
             and (k != "dot_precision" or _faster_dot(pool))
@@ -423,7 +449,8 @@ def _pick_edit(
             # Hints and group order cannot move a kernel at a third of its roofline: while the parent is that
             # far, only the edits that change the tiling, the loads or the dot's precision compete.
             kinds = [k for k in kinds if k in TILE_KINDS + STRUCTURAL_FIRST] or kinds
-        kind = untried[0] if grow and untried else bandit.choose(kinds, rng, pending)
+        first = grow or far_from_memory_roofline
+        kind = untried[0] if first and untried else bandit.choose(kinds, rng, pending)
         of_kind = [e for e in pool if e.kind == kind]
         weights = [
             (MOMENTUM_WEIGHT if _continues(plan.momentum, e) else 1.0) * (_grow_weight(e) if grow else 1.0)

@@ -126,9 +126,12 @@ def base_name(node: cst.BaseExpression) -> str | None:
 
 
 def range_from_zero(loop: cst.For) -> tuple[cst.BaseExpression, cst.BaseExpression] | None:
-    """(stop, step) of ``for v in range(0, stop, step)`` (positional arguments, a literal 0 start)."""
+    """(stop, step) of ``for v in range(0, stop, step)`` or ``tl.range(0, stop, step)`` (positional
+    arguments, a literal 0 start)."""
     it = loop.iter
-    if not (isinstance(it, cst.Call) and isinstance(it.func, cst.Name) and it.func.value == "range"):
+    if not (
+        isinstance(it, cst.Call) and dotted_name(it.func) in ("range", "tl.range", "triton.language.range")
+    ):
         return None
     if len(it.args) != 3 or any(arg.keyword is not None for arg in it.args):
         return None

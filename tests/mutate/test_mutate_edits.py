@@ -52,7 +52,8 @@ def test_every_edit_reparses_and_touches_one_statement(name):
 
 
 def test_every_kind_applies_to_the_test_kernels():
-    """Every Triton kind applies somewhere (the attention kinds to the suite's causal attention seed): on
+    """Every Triton kind applies somewhere (the attention kinds to the suite's causal attention seed, the
+    memory-structure kinds to the Inductor-shaped L1 norm and reverse cumsum): on
     NVIDIA all but launch_option, which only a platform with extra
     Triton options (MetaX) offers (tests/platforms/test_mutate_on_platforms.py). The native kinds apply to CUDA
     C++ candidates (tests/mutate/test_mutate_native.py)."""
@@ -66,7 +67,8 @@ def test_every_kind_applies_to_the_test_kernels():
         Path(__file__).resolve().parents[2]
         / "plugins/ksmith_problems/problems/attention/causal_attention.seed.py"
     )
-    sources = [seed_source(name) for name in KERNEL_NAMES] + [causal.read_text(encoding="utf-8")]
+    sources = [seed_source(name) for name in (*KERNEL_NAMES, "l1norm_looped", "cumsum_reverse")]
+    sources.append(causal.read_text(encoding="utf-8"))
     kinds = {e.kind for source in sources for e in possible_edits(source, None, nvidia)}
     assert kinds == set(EDIT_KINDS) - {"launch_option"} - set(NATIVE_KINDS)
     assert {e.kind for e in possible_edits(seed_source(KERNEL_NAMES[0]), None, metax)} >= {"launch_option"}
@@ -74,7 +76,7 @@ def test_every_kind_applies_to_the_test_kernels():
 
 def test_block_size_doubles_with_its_grid_literal():
     source = seed_source("softplus")
-    edit = find(possible_edits(source), "BLOCK_SIZE 1024 -> 2048")
+    edit = find(possible_edits(source), "BLOCK_SIZE 1024 -> 2048 in")
     assert edit.kind == "block_size" and not edit.safer
     assert changed_lines(source, edit.source) == (
         [
@@ -86,8 +88,15 @@ def test_block_size_doubles_with_its_grid_literal():
             "_softplus_kernel[grid](x, y, n_elements, BLOCK_SIZE=2048, num_warps=4)",
         ],
     )
-    halved = find(possible_edits(source), "BLOCK_SIZE 1024 -> 512")
+    halved = find(possible_edits(source), "BLOCK_SIZE 1024 -> 512 in")
     assert halved.safer
+    # With the warps: each thread keeps its elements.
+    paired = find(possible_edits(source), "BLOCK_SIZE 1024 -> 2048 with num_warps 4 -> 8")
+    assert paired.kind == "block_size" and paired.detail["num_warps"] == [4, 8]
+    assert changed_lines(source, paired.source)[1] == [
+        "grid = (triton.cdiv(n_elements, 2048),)",
+        "_softplus_kernel[grid](x, y, n_elements, BLOCK_SIZE=2048, num_warps=8)",
+    ]
 
 
 def test_computed_block_sizes_are_left_alone():

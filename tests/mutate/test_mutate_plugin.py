@@ -326,3 +326,31 @@ def test_a_compute_bound_parent_far_from_its_roofline_tries_a_faster_dot_then_a_
             ).kind
         )
     assert len(kinds) > 3
+
+
+def test_a_memory_bound_parent_far_from_its_roofline_tries_the_reversed_pass_first(make_run):
+    run = make_run("l1norm_looped")
+    far = add_seed(run, "l1norm_looped", replace(ok(1.0), roofline_bound="memory", roofline_fraction=0.5))
+    near = add_seed(run, "l1norm_looped", replace(ok(1.0), roofline_bound="memory", roofline_fraction=0.9))
+    edits = possible_edits(far.candidate.source)
+    assert "loop_reverse" in {e.kind for e in edits}
+
+    def kinds(parent, tried):
+        chosen = set()
+        for trial in range(20):
+            run.rng.seed(trial)
+            edit = plugin._pick_edit(
+                plugin._Plan(parent, False, "improve"),
+                {parent.candidate.id: list(edits)},
+                set(),
+                EditBandit(),
+                tried,
+                run.rng,
+            )
+            chosen.add(edit.kind)
+        return chosen
+
+    assert kinds(far, Counter()) == {"loop_reverse"}
+    # Once tried, it is one kind among the others; near the roofline it never came first.
+    assert len(kinds(far, Counter({"loop_reverse": 1}))) > 3
+    assert len(kinds(near, Counter())) > 3
