@@ -46,6 +46,7 @@ from ksmith_mutate.source_model import (
     base_name,
     dotted_name,
     fresh_name,
+    grouped,
     is_tl_call,
     keyword_value,
     range_from_zero,
@@ -445,8 +446,8 @@ def _split_pairs(
     # Blocks starting below the last multiple of the step at or below the program's first query row, and
     # ending by the loop's own stop, are wholly below the diagonal.
     assign = cst.parse_statement(
-        f"{split_name} = tl.minimum(({code(first_query)} // {code(step)}) * {code(step)}, "
-        f"({code(high)} // {code(step)}) * {code(step)})\n"
+        f"{split_name} = tl.minimum(({grouped(code(first_query))} // {grouped(code(step))}) * {grouped(code(step))}, "
+        f"({grouped(code(high))} // {grouped(code(step))}) * {grouped(code(step))})\n"
     )
 
     def ranged(start: cst.BaseExpression, stop: cst.BaseExpression, body: cst.IndentedBlock) -> cst.For:

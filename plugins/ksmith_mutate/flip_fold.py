@@ -9,9 +9,10 @@ the folded kernel ran 1.66x faster than torch.compile's two (benchmarks/results/
 memory-structure/variants.log).
 
 What is checked, so that the fold is exact: the copy kernel holds one load and one store, storing at
-``i`` what it loaded at ``(N - 1) - i % N + N * (i // N)``; the producer's only store into that buffer has the
-address ``r + N * x`` with ``r`` guarded by ``r < N``; the producer does not read that buffer, and nothing after
-the copy reads it.
+``i`` what it loaded at ``(N - 1) - i % N + N * (i // N)``; the producer is launched once, and its only store
+into that buffer has the address ``r + N * x`` with ``r < N`` as its mask (or ``&``-ed into it); the producer
+does not read that buffer, nothing between the two launches or after the copy mentions it, and the copy's
+output is allocated exactly as the buffer is.
 """
 
 from __future__ import annotations
@@ -43,6 +44,14 @@ def flip_fold_changes(model: SourceModel) -> Iterator[tuple[str, Pairs, dict]]:
             if producer is None:
                 continue
             site, parameter = producer
+            if sum(other.kernel == site.kernel for other in model.launches) != 1:
+                continue  # the store is rewritten for every launch of the producer, not only this one
+            between = lines[lines.index(_line_of(lines, site)) + 1 : position]
+            if _mentions(between, source):
+                continue  # read (or passed on) before the copy: it would see the rows reversed
+            allocations = _allocation(lines[:position], source), _allocation(lines[:position], target)
+            if None in allocations or not _same_allocation(*allocations):  # type: ignore[arg-type]
+                continue  # ``target = source`` would change the output's dtype, size or strides
             store = _flippable_store(model.kernels[site.kernel], parameter, flip)
             if store is None:
                 continue
@@ -56,7 +65,7 @@ def flip_fold_changes(model: SourceModel) -> Iterator[tuple[str, Pairs, dict]]:
                     ),
                 ),
             ]
-            stale = _dead_setup(lines[:position], target) + _dead_grid(lines, position, copy)
+            stale = [allocations[1]] + _dead_grid(lines, position, copy)
             if sum(site.kernel == copy.kernel for site in model.launches) == 1:
                 stale.append(model.kernels[copy.kernel].node)  # no longer launched: nothing left to tune
             pairs += [(node, cst.RemovalSentinel.REMOVE) for node in stale]
@@ -271,21 +280,20 @@ def _mask_of(store: cst.Call) -> cst.BaseExpression | None:
 def _guarded(
     mask: cst.BaseExpression, variable: str, width: int, values: dict[str, cst.BaseExpression]
 ) -> bool:
-    """Whether ``mask`` is (or ands in) ``variable < width``, following renames on both sides."""
-    for node in walk(mask):
-        name = _name(node)  # type: ignore[arg-type]
-        comparison = values.get(name) if name is not None else node
-        if not (isinstance(comparison, cst.Comparison) and len(comparison.comparisons) == 1):
-            continue
-        target = comparison.comparisons[0]
-        bound = _affine(target.comparator, values)
-        if (
-            isinstance(target.operator, cst.LessThan)
-            and _root(comparison.left, values) == _root(cst.Name(variable), values)
-            and bound == {"": width}
-        ):
-            return True
-    return False
+    """Whether ``mask`` is ``variable < width`` or ands it in (``a & b``), following renames on both sides;
+    an ``|`` or anything else around the comparison does not guard."""
+    name = _name(mask)
+    node = values.get(name, mask) if name is not None else mask
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.BitAnd):
+        return _guarded(node.left, variable, width, values) or _guarded(node.right, variable, width, values)
+    if not (isinstance(node, cst.Comparison) and len(node.comparisons) == 1):
+        return False
+    target = node.comparisons[0]
+    return (
+        isinstance(target.operator, cst.LessThan)
+        and _root(node.left, values) == _root(cst.Name(variable), values)
+        and _affine(target.comparator, values) == {"": width}
+    )
 
 
 def _dead_grid(lines: list[cst.CSTNode], position: int, copy: LaunchSite) -> list[cst.CSTNode]:
@@ -311,20 +319,27 @@ def _dead_grid(lines: list[cst.CSTNode], position: int, copy: LaunchSite) -> lis
     return [line]
 
 
-def _dead_setup(before: list[cst.CSTNode], target: str) -> list[cst.CSTNode]:
-    """The copy's output allocation (``target = torch.empty...``), now that ``target`` is the producer's buffer."""
+def _line_of(lines: list[cst.CSTNode], site: LaunchSite) -> cst.CSTNode:
+    return next(line for line in lines if any(node is site.call for node in walk(line)))
+
+
+def _allocation(before: list[cst.CSTNode], name: str) -> cst.SimpleStatementLine | None:
+    """The last ``name = torch.empty...(...)`` line before the copy, where that is how ``name`` was last bound."""
     for line in reversed(before):
         if (
             isinstance(line, cst.SimpleStatementLine)
             and len(line.body) == 1
             and isinstance(line.body[0], cst.Assign)
             and len(line.body[0].targets) == 1
-            and _name(line.body[0].targets[0].target) == target
+            and _name(line.body[0].targets[0].target) == name
         ):
             value = line.body[0].value
-            if isinstance(value, cst.Call) and cst.Module([]).code_for_node(value.func).startswith(
-                "torch.empty"
-            ):
-                return [line]
-            return []
-    return []
+            func = cst.Module([]).code_for_node(value.func) if isinstance(value, cst.Call) else ""
+            return line if func.startswith("torch.empty") else None
+    return None
+
+
+def _same_allocation(a: cst.SimpleStatementLine, b: cst.SimpleStatementLine) -> bool:
+    """Both buffers allocated alike: same call, sizes, strides, dtype and device."""
+    code = cst.Module([]).code_for_node
+    return code(a.body[0].value).strip() == code(b.body[0].value).strip()  # type: ignore[attr-defined]

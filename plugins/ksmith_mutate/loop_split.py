@@ -23,6 +23,7 @@ from ksmith_mutate.source_model import (
     arange_offsets,
     base_name,
     fresh_name,
+    grouped,
     is_tl_call,
     range_from_zero,
     same_code,
@@ -168,7 +169,7 @@ def _used_as_mask(
 def _split(loop: cst.For, comparisons: list[cst.Comparison], bound: str, name: str) -> cst.FlattenSentinel:
     stop, step = range_from_zero(loop)  # type: ignore[misc]
     code = cst.Module([]).code_for_node
-    stop_text, step_text = code(stop), code(step)
+    stop_text, step_text = grouped(code(stop)), grouped(code(step))
     # The full blocks end at the last multiple of the step at or below the bound, and no later than the
     # loop would have gone (a stop below the bound, as a causal key loop has).
     end = f"({bound} // {step_text}) * {step_text}"

@@ -33,15 +33,16 @@ Edit kinds (the arms of the bandit):
     A later pass over a row (the normalised output after the sums: Inductor's looped reductions, the suite's
     LayerNorm, RMSNorm, L2 norm, GroupNorm and online softmax) runs from its last block, so it starts with the
     blocks the first pass read most recently, still in L2. Only loops from 0 whose iterations are independent
-    (nothing carried, no atomic, every store's address following the loop variable) and that re-read a
-    pointer an earlier loop read (:mod:`ksmith_mutate.loop_order`). A memory-bound parent below 0.7 of its
+    (nothing carried, every store to the loop's own block, nothing stored through also loaded, no atomic or
+    helper call) and that load through a pointer an earlier loop loaded through (:mod:`ksmith_mutate.loop_order`). A memory-bound parent below 0.7 of its
     roofline tries this kind (after ``flip_fold``) before other untried kinds.
 ``flip_fold``
     A kernel that only reverses the last dimension of another kernel's output (``torch.flip`` after a scan, as
     Inductor compiles KernelBench's reverse cumsum) is removed, and its producer stores each row reversed
     instead: one pass over memory fewer. Only where the copy is exactly that flip, the producer's one store
-    into the buffer writes ``r + N * x`` with ``r < N`` guarded, the producer does not read the buffer and
-    nothing after the copy does (:mod:`ksmith_mutate.flip_fold`). Tried first far below a memory roofline.
+    into the buffer writes ``r + N * x`` with ``r < N`` guarded, the producer is launched once and does not
+    read the buffer, nothing else mentions it, and both buffers are allocated alike
+    (:mod:`ksmith_mutate.flip_fold`). Tried first far below a memory roofline.
 ``block_size``
     A literal ``BLOCK_SIZE`` / ``BLOCK_*`` constexpr at a launch site of a kernel without ``tl.dot``, doubled
     or halved, staying a power of two in 16..8192 for one-dimensional blocks (1..8192 per axis, at most 65536

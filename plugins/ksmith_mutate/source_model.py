@@ -159,6 +159,12 @@ def same_code(a: cst.CSTNode, b: cst.CSTNode) -> bool:
     return code(a).strip() == code(b).strip()
 
 
+def grouped(text: str) -> str:
+    """An expression's code as one operand of a larger one: ``BLOCK`` or ``64`` as it is, ``2 * BLOCK`` in
+    parentheses (pasted bare into ``n // 2 * BLOCK`` it would divide by 2 only)."""
+    return text if text.isidentifier() or text.isdigit() else f"({text})"
+
+
 def fresh_name(kernel_node: cst.CSTNode, base: str) -> str:
     """``base``, or ``base_2``, ``base_3``, ... where the kernel already uses that name."""
     taken = {node.value for node in walk(kernel_node) if isinstance(node, cst.Name)}

@@ -378,7 +378,7 @@ def test_kernelbench_evolve_copies_the_subset_and_its_seeds_and_benches_them_in_
     ran = []
     monkeypatch.setattr(module, "bench_until", lambda cmd, out_dir, deadline: ran.append(cmd))
     args = argparse.Namespace(kernelbench=kb, source=source, out=out, count=2, budget=16, parallel=8,
-                              device="cuda", deadline_s=10.0)  # fmt: skip
+                              device="cuda", deadline_s=10.0, problems=None)  # fmt: skip
     assert module.evolve(args) == 0
     (cmd,) = ran
     files = [a for a in cmd if a.endswith(".py")]
@@ -390,3 +390,13 @@ def test_kernelbench_evolve_copies_the_subset_and_its_seeds_and_benches_them_in_
     assert not (out / "seeds" / "1_Matmul.seed.py").exists()
     assert json.loads((out / "subset.json").read_text())["problems"] == ["level1/2_Relu", "level2/1_Gemm"]
     assert cmd[cmd.index("--budget") + 1] == "16" and "--evolve" in cmd
+    # Named problems instead of a subset: no run to choose from, seeds made afresh by the bench.
+    named = tmp_path / "named"
+    args = argparse.Namespace(kernelbench=kb, source=None, out=named, count=2, budget=16, parallel=8,
+                              device="cuda", deadline_s=10.0, problems=["level1/1_Matmul"])  # fmt: skip
+    assert module.evolve(args) == 0
+    assert [a for a in ran[-1] if a.endswith(".py")] == [str(named / "problems" / "level1" / "1_Matmul.py")]
+    assert json.loads((named / "subset.json").read_text())["rule"] == "named with --problems"
+    assert not list((named / "seeds").iterdir())
+    neither = argparse.Namespace(**{**vars(args), "out": tmp_path / "neither", "problems": None})
+    assert module.evolve(neither) == 2

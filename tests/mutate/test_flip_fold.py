@@ -52,6 +52,24 @@ def test_the_reverse_cumsum_loses_its_copy_kernel_and_stays_exact(tmp_path):
             "tl.store(out_ptr0 + (r0_1 + 37 * x0)",
             "tl.store(out_ptr0 + (1 + r0_1 + 37 * x0)",
         ),
+        (
+            "the producer launched again for another buffer",
+            "        return buf1",
+            "        buf9 = torch.empty_strided((5, 37), (37, 1), dtype=torch.float32, device=x.device)\n"
+            "        triton_red_fused_cumsum_flip_0[grid](x, buf9, 5, 37, XBLOCK=1, R0_BLOCK=64, num_warps=4)\n"
+            "        return buf1 + buf9",
+        ),
+        (
+            "the buffer read between the producer and the copy",
+            "        buf1 = torch.empty_strided",
+            "        total = buf0.sum(dim=1, keepdim=True)\n        buf1 = torch.empty_strided",
+        ),
+        (
+            "an output of another dtype",
+            "buf1 = torch.empty_strided((5, 37), (37, 1), dtype=torch.float32",
+            "buf1 = torch.empty_strided((5, 37), (37, 1), dtype=torch.float16",
+        ),
+        ("the row guard or-ed away", "tmp1, r0_mask)", "tmp1, r0_mask | (x0 >= 0))"),
     ],
 )
 def test_what_the_fold_would_change_is_left_alone(why, old, new):

@@ -87,7 +87,34 @@ def test_an_independent_second_pass_is_offered():
             "nothing read before",
             INDEPENDENT.replace("x_ptr", "s_ptr"),
         ),
-        ("the loop variable reassigned", INDEPENDENT + "        start = start + 1\n"),
+        ("the loop variable reassigned", INDEPENDENT + "        start = BLOCK\n"),
+        (
+            "a scatter: the last of two writes to one place wins",
+            INDEPENDENT.replace("tl.store(y_ptr + cols,", "tl.store(y_ptr + tl.load(s_ptr + cols),"),
+        ),
+        (
+            "one place every other iteration",
+            INDEPENDENT + "        tl.store(y_ptr + (start // BLOCK) % 2, x)\n",
+        ),
+        (
+            "blocks wider than the step overlap",
+            INDEPENDENT.replace(
+                "cols = start + tl.arange(0, BLOCK)", "cols = start + tl.arange(0, 2 * BLOCK)"
+            ),
+        ),
+        (
+            "a dependence carried through memory",
+            INDEPENDENT.replace(
+                "x / total", "x / total + tl.load(y_ptr + cols - 1, mask=cols > 0, other=0.0)"
+            ),
+        ),
+        ("a helper with side effects", INDEPENDENT + "        k(x_ptr, y_ptr, s_ptr, n, BLOCK)\n"),
+        ("a descriptor store", INDEPENDENT + "        desc.store([start], x)\n"),
+        ("an atomic method", INDEPENDENT + "        desc.atomic_add([start], x)\n"),
+        (
+            "the address as a keyword",
+            INDEPENDENT + "        tl.store(value=tl.sum(x, axis=0), pointer=s_ptr)\n",
+        ),
     ],
 )
 def test_loops_whose_order_matters_are_left_alone(why, body):
@@ -99,3 +126,29 @@ def test_a_value_read_after_the_loop_keeps_it_in_order():
     assert not _reversals(source)
     reassigned = KERNEL.format(body=INDEPENDENT) + "    x = total\n    tl.store(s_ptr, x)\n"
     assert len(_reversals(reassigned)) == 1
+
+
+def test_a_compound_step_is_grouped_and_the_reversed_loop_stays_exact(tmp_path):
+    checker = KernelChecker("l1norm_looped", tmp_path)
+    seed = (
+        seed_source("l1norm_looped")
+        .replace("R0_BLOCK)", "2 * R0_BLOCK)")
+        .replace("R0_BLOCK=32", "R0_BLOCK=16")
+    )
+    assert "tl.range(0, r0_numel, 2 * R0_BLOCK)" in seed
+    seed = seed.replace(
+        "r0_base = tl.arange(0, R0_BLOCK)[None, :]", "r0_base = tl.arange(0, 2 * R0_BLOCK)[None, :]"
+    )
+    seed = seed.replace(
+        "tl.full([XBLOCK, R0_BLOCK], 0, tl.float32)", "tl.full([XBLOCK, 2 * R0_BLOCK], 0, tl.float32)"
+    )
+    assert checker.max_error(seed) < 1e-5
+    (edit,) = _reversals(seed)
+    assert "r0_offset = ((r0_numel - 1) // (2 * R0_BLOCK)) * (2 * R0_BLOCK) - r0_offset_rev" in edit.source
+    assert checker.max_error(edit.source) < 1e-5
+
+
+def test_a_loop_that_reads_only_other_pointers_is_not_a_re_read():
+    # The second loop reads y at the same row offset the first read x at: nothing of y is in cache.
+    source = KERNEL.format(body=INDEPENDENT.replace("tl.load(x_ptr + cols", "tl.load(s_ptr + cols"))
+    assert not _reversals(source)

@@ -107,3 +107,18 @@ def k(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
         assert not _splits(body.format(step="BLOCK", use=use)), use
     tensor_where = "acc += tl.where(mask, tl.load(x_ptr + cols, mask=mask, other=0.0), 0.0)"
     assert _splits(body.format(step="BLOCK", use=tensor_where))
+
+
+def test_a_compound_step_is_grouped_in_the_split_bound():
+    source = """import triton
+import triton.language as tl
+
+
+@triton.jit
+def k(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    for start in tl.range(0, n, 2 * BLOCK):
+        cols = start + tl.arange(0, 2 * BLOCK)
+        tl.store(y_ptr + cols, tl.load(x_ptr + cols, mask=cols < n, other=0.0), mask=cols < n)
+"""
+    (split,) = _splits(source)
+    assert "full_blocks_end = (n // (2 * BLOCK)) * (2 * BLOCK)" in split.source
