@@ -214,9 +214,13 @@ class _Blocks:
         self.block_names: set[str] = set()
 
     def learn(self, name: str, value: cst.BaseExpression) -> None:
-        if _name_of(value) in self.loop_names:
+        """Follow one assignment of the body, in order: a name bound again to something else is neither."""
+        loop, block = _name_of(value) in self.loop_names, self.is_block(value)
+        self.loop_names.discard(name)
+        self.block_names.discard(name)
+        if loop:
             self.loop_names.add(name)
-        elif self.is_block(value):
+        elif block:
             self.block_names.add(name)
 
     def is_block(self, node: cst.BaseExpression) -> bool:

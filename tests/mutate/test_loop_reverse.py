@@ -110,6 +110,10 @@ def test_an_independent_second_pass_is_offered():
         ),
         ("a helper with side effects", INDEPENDENT + "        k(x_ptr, y_ptr, s_ptr, n, BLOCK)\n"),
         ("a descriptor store", INDEPENDENT + "        desc.store([start], x)\n"),
+        (
+            "the block's name bound again to one place",
+            INDEPENDENT + "        cols = 0\n        tl.store(s_ptr + cols, x)\n",
+        ),
         ("an atomic method", INDEPENDENT + "        desc.atomic_add([start], x)\n"),
         (
             "the address as a keyword",
