@@ -46,7 +46,8 @@ def test_inductors_looped_reduction_is_reversed_and_the_order_is_what_changed(tm
     # The start of the last block is what keeps the tail (203 = 6 * 32 + 11) covered: from the stop itself
     # the loop would skip the first block and write past the row.
     broken = edit.source.replace("((r0_numel - 1) // R0_BLOCK) * R0_BLOCK", "r0_numel")
-    assert checker.max_error(broken) > 1e-3
+    # The block it skips is never written (the output is torch.empty_like): garbage, NaN at times.
+    assert not checker.max_error(broken) < 1e-3
 
 
 KERNEL = """import triton

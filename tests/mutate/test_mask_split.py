@@ -51,7 +51,8 @@ def test_the_tail_loop_is_what_keeps_an_odd_length_right(tmp_path):
         "for start in range(full_blocks_end, n_cols, BLOCK_SIZE):", "for start in range(0, 0, BLOCK_SIZE):", 1
     )
     assert without_tail != split
-    assert checker.max_error(without_tail) > 1e-4
+    # The tail is never written (the output comes from torch.empty): garbage, NaN at times.
+    assert not checker.max_error(without_tail) < 1e-4
 
 
 def test_split_after_the_diagonal_split_and_base_2_softmax(tmp_path):
