@@ -21,7 +21,7 @@ from collections.abc import Iterator
 
 import libcst as cst
 
-from ksmith_mutate.source_model import KernelDef, LaunchSite, SourceModel, walk
+from ksmith_mutate.source_model import KernelDef, LaunchSite, SourceModel, assigned_values, name_of, walk
 
 Pairs = list[tuple[cst.CSTNode, cst.CSTNode]]
 
@@ -37,7 +37,7 @@ def flip_fold_changes(model: SourceModel) -> Iterator[tuple[str, Pairs, dict]]:
             flip = _flip_width(model.kernels.get(copy.kernel))
             if flip is None or len(copy.call.args) < 2:
                 continue
-            source, target = (_name(arg.value) for arg in copy.call.args[:2])
+            source, target = (name_of(arg.value) for arg in copy.call.args[:2])
             if source is None or target is None or _mentions(lines[position + 1 :], source):
                 continue
             producer = _producer(model, lines[:position], source)
@@ -97,24 +97,13 @@ def _launch_in(model: SourceModel, line: cst.CSTNode) -> LaunchSite | None:
     return next((s for s in model.launches if s.call is expression.value), None)
 
 
-def _name(node: cst.BaseExpression) -> str | None:
-    return node.value if isinstance(node, cst.Name) else None
-
-
 def _mentions(lines: list[cst.CSTNode], name: str) -> bool:
     return any(isinstance(n, cst.Name) and n.value == name for line in lines for n in walk(line))
 
 
 def _assignments(kernel: KernelDef) -> dict[str, cst.BaseExpression]:
     """Each name the kernel assigns exactly once, with its value."""
-    values: dict[str, list[cst.BaseExpression]] = {}
-    for node in walk(kernel.node.body):
-        if (
-            isinstance(node, cst.Assign)
-            and len(node.targets) == 1
-            and isinstance(node.targets[0].target, cst.Name)
-        ):
-            values.setdefault(node.targets[0].target.value, []).append(node.value)
+    values = assigned_values(kernel.node.body)
     return {name: found[0] for name, found in values.items() if len(found) == 1}
 
 
@@ -162,8 +151,8 @@ def _flip_width(kernel: KernelDef | None) -> int | None:
     if loaded is None or stored is None or len(store.args) < 2:
         return None
     index = _root(stored, values)
-    value = _name(store.args[1].value)
-    if index is None or value is None or not _is_value_of(values.get(value), load):
+    value = name_of(store.args[1].value)
+    if index is None or value is None or values.get(value) is not load:
         return None
     terms = _affine(loaded, {})
     if terms is None:
@@ -191,7 +180,7 @@ def _offset_from(address: cst.BaseExpression, pointer: str) -> cst.BaseExpressio
     if (
         isinstance(address, cst.BinaryOperation)
         and isinstance(address.operator, cst.Add)
-        and _name(address.left) == pointer
+        and name_of(address.left) == pointer
     ):
         return address.right
     return None
@@ -199,16 +188,12 @@ def _offset_from(address: cst.BaseExpression, pointer: str) -> cst.BaseExpressio
 
 def _root(node: cst.BaseExpression, values: dict[str, cst.BaseExpression]) -> str | None:
     """The name ``node`` is, following plain renames (``x2 = xindex``)."""
-    name = _name(node)
+    name = name_of(node)
     seen: set[str] = set()
     while name is not None and isinstance(values.get(name), cst.Name) and name not in seen:
         seen.add(name)
         name = values[name].value  # type: ignore[attr-defined]
     return name
-
-
-def _is_value_of(value: cst.BaseExpression | None, load: cst.Call) -> bool:
-    return value is load
 
 
 def _split_of(
@@ -232,7 +217,7 @@ def _producer(model: SourceModel, before: list[cst.CSTNode], buffer: str) -> tup
     passing = []
     for line in before:
         site = _launch_in(model, line)
-        if site is not None and any(_name(arg.value) == buffer for arg in site.call.args):
+        if site is not None and any(name_of(arg.value) == buffer for arg in site.call.args):
             passing.append(site)
     if len(passing) != 1 or passing[0].kernel not in model.kernels:
         return None
@@ -240,7 +225,7 @@ def _producer(model: SourceModel, before: list[cst.CSTNode], buffer: str) -> tup
     positional = [arg for arg in site.call.args if arg.keyword is None]
     params = model.kernels[site.kernel].params
     for position, arg in enumerate(positional):
-        if _name(arg.value) == buffer and position < len(params):
+        if name_of(arg.value) == buffer and position < len(params):
             return site, params[position]
     return None
 
@@ -248,8 +233,6 @@ def _producer(model: SourceModel, before: list[cst.CSTNode], buffer: str) -> tup
 def _flippable_store(kernel: KernelDef, pointer: str, width: int) -> tuple[cst.CSTNode, cst.CSTNode] | None:
     """(the store's offset, the flipped offset) where the kernel's one store through ``pointer`` writes row
     element ``r`` (guarded by ``r < width``) of row ``x`` at ``r + width * x``, and nothing loads ``pointer``."""
-    if any(_offset_from(load.args[0].value, pointer) is not None for load in kernel.loads):
-        return None
     if any(isinstance(n, cst.Name) and n.value == pointer for load in kernel.loads for n in walk(load)):
         return None
     stores = [s for s in kernel.stores if _offset_from(s.args[0].value, pointer) is not None]
@@ -282,7 +265,7 @@ def _guarded(
 ) -> bool:
     """Whether ``mask`` is ``variable < width`` or ands it in (``a & b``), following renames on both sides;
     an ``|`` or anything else around the comparison does not guard."""
-    name = _name(mask)
+    name = name_of(mask)
     node = values.get(name, mask) if name is not None else mask
     if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.BitAnd):
         return _guarded(node.left, variable, width, values) or _guarded(node.right, variable, width, values)
@@ -299,12 +282,12 @@ def _guarded(
 def _dead_grid(lines: list[cst.CSTNode], position: int, copy: LaunchSite) -> list[cst.CSTNode]:
     """The ``grid = ...`` line just before the copy, where only the copy used it: the next line after the copy
     that mentions the name assigns it without reading it."""
-    grid = _name(copy.call.func.slice[0].slice.value) if isinstance(copy.call.func, cst.Subscript) else None  # type: ignore[union-attr]
+    grid = name_of(copy.call.func.slice[0].slice.value) if isinstance(copy.call.func, cst.Subscript) else None  # type: ignore[union-attr]
     line = lines[position - 1] if position else None
     if grid is None or not (
         isinstance(line, cst.SimpleStatementLine)
         and isinstance(line.body[0], cst.Assign)
-        and _name(line.body[0].targets[0].target) == grid
+        and name_of(line.body[0].targets[0].target) == grid
     ):
         return []
     for later in lines[position + 1 :]:
@@ -312,7 +295,7 @@ def _dead_grid(lines: list[cst.CSTNode], position: int, copy: LaunchSite) -> lis
             assigns = (
                 isinstance(later, cst.SimpleStatementLine)
                 and isinstance(later.body[0], cst.Assign)
-                and _name(later.body[0].targets[0].target) == grid
+                and name_of(later.body[0].targets[0].target) == grid
                 and not _mentions([later.body[0].value], grid)
             )
             return [line] if assigns else []
@@ -331,7 +314,7 @@ def _allocation(before: list[cst.CSTNode], name: str) -> cst.SimpleStatementLine
             and len(line.body) == 1
             and isinstance(line.body[0], cst.Assign)
             and len(line.body[0].targets) == 1
-            and _name(line.body[0].targets[0].target) == name
+            and name_of(line.body[0].targets[0].target) == name
         ):
             value = line.body[0].value
             func = cst.Module([]).code_for_node(value.func) if isinstance(value, cst.Call) else ""

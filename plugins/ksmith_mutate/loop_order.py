@@ -29,6 +29,8 @@ from ksmith_mutate.source_model import (
     fresh_name,
     grouped,
     is_tl_call,
+    keyword_value,
+    name_of,
     range_from_zero,
     same_code,
     walk,
@@ -60,36 +62,40 @@ def loop_reverse_changes(model: SourceModel) -> Iterator[tuple[str, Pairs, dict]
             read_before |= reads
 
 
-def _derived_from(statements: list[cst.BaseStatement]) -> dict[str, str]:
-    """For each name the kernel's top level assigns a pointer offset (``x_row = x_ptr + row * stride``), the
-    pointer it starts from: a load through ``x_row`` reads what one through ``x_ptr`` reads."""
-    roots: dict[str, str] = {}
+def _top_level_assignments(statements: list[cst.BaseStatement]) -> Iterator[tuple[str, cst.BaseExpression]]:
+    """(name, value) of each ``name = value`` at the kernel's top level, in order."""
     for line in statements:
         if isinstance(line, cst.SimpleStatementLine):
             for small in line.body:
                 if isinstance(small, cst.Assign) and len(small.targets) == 1:
-                    target, base = _name_of(small.targets[0].target), _base(small.value)
-                    if target is not None and base is not None:
-                        roots[target] = roots.get(base, base)
+                    target = name_of(small.targets[0].target)
+                    if target is not None:
+                        yield target, small.value
+
+
+def _derived_from(statements: list[cst.BaseStatement]) -> dict[str, str]:
+    """For each name the kernel's top level assigns a pointer offset (``x_row = x_ptr + row * stride``), the
+    pointer it starts from: a load through ``x_row`` reads what one through ``x_ptr`` reads."""
+    roots: dict[str, str] = {}
+    for target, value in _top_level_assignments(statements):
+        base = _base(value)
+        if base is not None:
+            roots[target] = roots.get(base, base)
     return roots
-
-
-def _name_of(node: cst.CSTNode) -> str | None:
-    return node.value if isinstance(node, cst.Name) else None
 
 
 def _base(address: cst.BaseExpression) -> str | None:
     """The leftmost name of a sum, ``x_ptr`` in ``x_ptr + (r0_1 + 65535 * x0)``: where an address starts."""
     while isinstance(address, cst.BinaryOperation) and isinstance(address.operator, (cst.Add, cst.Subtract)):
         address = address.left
-    return _name_of(address)
+    return name_of(address)
 
 
 def _pointer_arg(call: cst.Call) -> cst.BaseExpression | None:
     """A ``tl.load`` / ``tl.store``'s address: the ``pointer=`` keyword or the first positional argument."""
-    for arg in call.args:
-        if arg.keyword is not None and arg.keyword.value == "pointer":
-            return arg.value
+    keyword = keyword_value(call, "pointer")
+    if keyword is not None:
+        return keyword
     positional = [arg for arg in call.args if arg.keyword is None]
     return positional[0].value if positional else None
 
@@ -109,15 +115,8 @@ def _bases(node: cst.CSTNode, what: str) -> set[str]:
 def _arange_names(statements: list[cst.BaseStatement]) -> dict[str, cst.BaseExpression]:
     """Names the kernel's top level binds to ``tl.arange(0, width)`` (possibly broadcast, ``[None, :]``),
     with their width: Inductor's ``r0_base``."""
-    found: dict[str, cst.BaseExpression] = {}
-    for line in statements:
-        if isinstance(line, cst.SimpleStatementLine):
-            for small in line.body:
-                if isinstance(small, cst.Assign) and len(small.targets) == 1:
-                    target, width = _name_of(small.targets[0].target), _arange_width(small.value)
-                    if target is not None and width is not None:
-                        found[target] = width
-    return found
+    widths = ((target, _arange_width(value)) for target, value in _top_level_assignments(statements))
+    return {target: width for target, width in widths if width is not None}
 
 
 def _arange_width(node: cst.BaseExpression) -> cst.BaseExpression | None:
@@ -146,11 +145,8 @@ def _reads_and_writes(statement: cst.CSTNode) -> tuple[list[str], list[str]]:
 
 def _names(node: cst.CSTNode) -> list[str]:
     # An attribute's name (``tl`` of ``tl.load``) is read; its attribute (``load``) is not a variable.
-    return [n.value for n in walk(node) if isinstance(n, cst.Name) and not _is_attribute_name(node, n)]
-
-
-def _is_attribute_name(root: cst.CSTNode, name: cst.Name) -> bool:
-    return any(isinstance(n, cst.Attribute) and n.attr is name for n in walk(root))
+    attributes = {id(n.attr) for n in walk(node) if isinstance(n, cst.Attribute)}
+    return [n.value for n in walk(node) if isinstance(n, cst.Name) and id(n) not in attributes]
 
 
 def _simple_statements(body: cst.CSTNode) -> list[cst.CSTNode] | None:
@@ -189,7 +185,7 @@ def _reversible(
     blocks = _Blocks(variable, step, aranges, assigned)
     for statement in statements:
         if isinstance(statement, cst.Assign) and len(statement.targets) == 1:
-            target = _name_of(statement.targets[0].target)
+            target = name_of(statement.targets[0].target)
             if target is not None:
                 blocks.learn(target, statement.value)
     if not _writes_are_disjoint(loop.body, blocks, helpers):
@@ -215,7 +211,7 @@ class _Blocks:
 
     def learn(self, name: str, value: cst.BaseExpression) -> None:
         """Follow one assignment of the body, in order: a name bound again to something else is neither."""
-        loop, block = _name_of(value) in self.loop_names, self.is_block(value)
+        loop, block = name_of(value) in self.loop_names, self.is_block(value)
         self.loop_names.discard(name)
         self.block_names.discard(name)
         if loop:
@@ -245,7 +241,7 @@ class _Blocks:
         return False
 
     def _is_loop(self, node: cst.BaseExpression) -> bool:
-        return _name_of(node) in self.loop_names
+        return name_of(node) in self.loop_names
 
     def _is_arange(self, node: cst.BaseExpression) -> bool:
         width = _arange_width(node)
@@ -253,7 +249,7 @@ class _Blocks:
             base = node
             while isinstance(base, cst.Subscript):
                 base = base.value
-            width = self.aranges.get(_name_of(base) or "")
+            width = self.aranges.get(name_of(base) or "")
         # As wide as the step: wider blocks overlap the next iteration's.
         return width is not None and same_code(width, self.step)
 

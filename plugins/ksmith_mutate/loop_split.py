@@ -21,6 +21,7 @@ import libcst as cst
 from ksmith_mutate.source_model import (
     SourceModel,
     arange_offsets,
+    assigned_values,
     base_name,
     fresh_name,
     grouped,
@@ -60,18 +61,6 @@ class _Loops(cst.CSTVisitor):
         self.found.append(node)
 
 
-def _assigned_names(body: cst.CSTNode) -> dict[str, list[cst.BaseExpression]]:
-    values: dict[str, list[cst.BaseExpression]] = {}
-    for node in walk(body):
-        if isinstance(node, cst.Assign):
-            for target in node.targets:
-                if isinstance(target.target, cst.Name):
-                    values.setdefault(target.target.value, []).append(node.value)
-        elif isinstance(node, (cst.AugAssign, cst.AnnAssign)) and isinstance(node.target, cst.Name):
-            values.setdefault(node.target.value, []).append(node.value)  # type: ignore[arg-type]
-    return values
-
-
 def _bound_comparisons(loop: cst.For) -> tuple[list[cst.Comparison], str] | None:
     """The loop body's ``offs[...] < bound`` comparisons, where ``offs = <loop variable> + tl.arange(...)``
     is assigned once in the body and ``bound`` is a name the body never assigns; all against one bound."""
@@ -79,7 +68,7 @@ def _bound_comparisons(loop: cst.For) -> tuple[list[cst.Comparison], str] | None
         return None
     variable = loop.target.value
     _, step = range_from_zero(loop)  # type: ignore[misc]
-    assigned = _assigned_names(loop.body)
+    assigned = assigned_values(loop.body)
     offsets = set()
     for name, values in assigned.items():
         at = arange_offsets(values[0]) if len(values) == 1 else None

@@ -118,6 +118,24 @@ def walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
         yield from walk(child)
 
 
+def name_of(node: cst.CSTNode) -> str | None:
+    """``x`` for the name ``x``; None for anything else."""
+    return node.value if isinstance(node, cst.Name) else None
+
+
+def assigned_values(body: cst.CSTNode) -> dict[str, list[cst.BaseExpression]]:
+    """Every value assigned to each plain name below ``body`` (``=``, ``+=``, annotated), in order."""
+    values: dict[str, list[cst.BaseExpression]] = {}
+    for node in walk(body):
+        if isinstance(node, cst.Assign):
+            for target in node.targets:
+                if isinstance(target.target, cst.Name):
+                    values.setdefault(target.target.value, []).append(node.value)
+        elif isinstance(node, (cst.AugAssign, cst.AnnAssign)) and isinstance(node.target, cst.Name):
+            values.setdefault(node.target.value, []).append(node.value)  # type: ignore[arg-type]
+    return values
+
+
 def base_name(node: cst.BaseExpression) -> str | None:
     """``offs`` for ``offs[None, :]`` or ``offs``; None for anything else."""
     if isinstance(node, cst.Subscript):
