@@ -1,12 +1,13 @@
-"""Hand-made variants of Inductor's seeds for three KernelBench level-1 problems (38_L1Norm_, 40_LayerNorm,
-91_cumsum_reverse), each checked against the problem's Model and timed with triton.testing.do_bench beside
-torch.compile: the exploration that docs/benchmarks.md section 6f starts from (a later pass over the row run
-backwards, more warps, the flip folded into the scan's store). Not a bench of the evolved kernels.
+"""Hand-made variants of Inductor's seeds for four KernelBench level-1 problems (38_L1Norm_, 40_LayerNorm,
+91_cumsum_reverse, 42_Max_Pooling_2D), each checked against the problem's Model and timed with
+triton.testing.do_bench beside torch.compile: the exploration that docs/benchmarks.md section 6f starts from (a
+later pass over the row run backwards, more warps, the flip folded into the scan's store, the rows of one block
+side by side, 2-D tiles). Not a bench of the evolved kernels.
 
-    KERNELBENCH=~/KernelBench/KernelBench SEEDS=seeds python benchmarks/memory_structure_variants.py l1 ln cs
+    KERNELBENCH=~/KernelBench/KernelBench SEEDS=seeds python benchmarks/memory_structure_variants.py l1 ln cs mp
 
 SEEDS holds `ksmith seed KERNELBENCH/level1/NAME.py --from inductor -o SEEDS/NAME.py --device cuda` for
-the three problems.
+the four problems.
 """
 
 import importlib.util
@@ -90,6 +91,58 @@ def chain(*fs):
     return f
 
 
+# LayerNorm's pointwise kernel reads weight and bias (16.7 MB each) once per row: with programs in flat order
+# every row sweeps them again after the other rows' x has pushed them out of L2.
+POI = "def triton_poi_fused_native_layer_norm_2("
+PID = "    xoffset = tl.program_id(0) * XBLOCK\n"
+
+
+def rows_together(rows):
+    """Program p works on row p % rows of column block p // rows: the rows of one block run side by side."""
+
+    def f(t):
+        i = t.index(POI)
+        j = t.index(PID, i)
+        remap = (
+            "    xpid = tl.program_id(0)\n"
+            f"    xpid = (xpid % {rows}) * (4194304 // XBLOCK) + (xpid // {rows}) % (4194304 // XBLOCK)"
+            f" + (xpid // ({rows} * (4194304 // XBLOCK))) * {rows} * (4194304 // XBLOCK)\n"
+            "    xoffset = xpid * XBLOCK\n"
+        )
+        return t[:j] + remap + t[j + len(PID) :]
+
+    return f
+
+
+ROWS_LOOP = """def triton_poi_fused_native_layer_norm_2(in_ptr0, in_ptr1, in_ptr2, in_ptr3, in_ptr4, out_ptr0, xnumel, XBLOCK : tl.constexpr):
+    x0 = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
+    tmp10 = tl.load(in_ptr3 + (x0), None)
+    tmp12 = tl.load(in_ptr4 + (x0), None)
+    for x1 in range(16):
+        x2 = x0 + 4194304 * x1
+        tmp0 = tl.load(in_ptr0 + (x2), None)
+        tmp1 = tl.load(in_ptr1 + (x1))
+        tmp3 = tl.load(in_ptr2 + (x1))
+        tmp2 = tmp0 - tmp1
+        tmp5 = (tmp3 / 4194304.0)
+        tmp8 = libdevice.rsqrt(tmp5 + 1e-05)
+        tl.store(out_ptr0 + (x2), tmp2 * tmp8 * tmp10 + tmp12, None)
+
+
+"""
+
+
+def rows_loop(t):
+    """One program per column block, looping over the 16 rows: weight and bias are read once."""
+    i = t.index(POI)
+    j = t.index("class ModelNew", i)
+    t = t[:i] + ROWS_LOOP + t[j:]
+    return t.replace(
+        'grid = lambda meta: (triton.cdiv(67108864, meta["XBLOCK"]),)',
+        'grid = lambda meta: (triton.cdiv(4194304, meta["XBLOCK"]),)',
+    )
+
+
 L1 = "XBLOCK=1, R0_BLOCK=2048, num_warps=16, num_stages=1"
 which = sys.argv[1:] or ["l1", "ln"]
 if "l1" in which:
@@ -134,6 +187,21 @@ if "ln" in which:
                 "pw no evict_last",
                 lambda t: t.replace("x1), None, eviction_policy='evict_last')", "x1), None)"),
             ),
+            ("pw rows of one column block together", rows_together(16)),
+            (
+                "pw rows together X1024 w4",
+                chain(rows_together(16), sub(P, "XBLOCK=1024, num_warps=4, num_stages=1")),
+            ),
+            (
+                "pw rows together X2048 w8",
+                chain(rows_together(16), sub(P, "XBLOCK=2048, num_warps=8, num_stages=1")),
+            ),
+            ("pw rows together groups of 4", rows_together(4)),
+            ("pw weight loaded once, loop over rows", rows_loop),
+            (
+                "pw loop over rows X1024 w4",
+                chain(rows_loop, sub("XBLOCK=512, num_warps=8", "XBLOCK=1024, num_warps=4")),
+            ),
         ],
     )
 if "cs" in which:
@@ -165,5 +233,56 @@ if "cs" in which:
                 "fused flip X2 R2048",
                 chain(fuse_flip, sub(C, "XBLOCK=2, R0_BLOCK=2048, num_warps=16, num_stages=1")),
             ),
+        ],
+    )
+if "mp" in which:
+    # Max-pool 2D's kernel decodes a flat index over rows of 511 (``// 511``, ``% 511``, ``// 261121``) for every
+    # element, and its 16 window masks with it. A 2-D tile of YBLOCK output rows by 512 columns decodes each
+    # row once ([YBLOCK, 1]) and each column once ([1, 512]); the masks broadcast.
+    FLAT = """def triton_poi_fused_max_pool2d_with_indices_0(in_ptr0, out_ptr0, xnumel, XBLOCK : tl.constexpr):
+    xnumel = 534775808
+    xoffset = tl.program_id(0) * XBLOCK
+    xindex = xoffset + tl.arange(0, XBLOCK)[:]
+    xmask = xindex < xnumel
+    x1 = ((xindex // 511) % 511)
+    x0 = (xindex % 511)
+    x2 = xindex // 261121
+    x4 = xindex
+"""
+    TILE = """def triton_poi_fused_max_pool2d_with_indices_0(in_ptr0, out_ptr0, xnumel, XBLOCK : tl.constexpr, YBLOCK : tl.constexpr):
+    yoffset = tl.program_id(0) * YBLOCK
+    yindex = yoffset + tl.arange(0, YBLOCK)[:, None]
+    x0 = tl.arange(0, 512)[None, :]
+    xmask = (yindex < 1046528) & (x0 < 511)
+    x1 = yindex % 511
+    x2 = yindex // 511
+    x4 = yindex * 511 + x0
+"""
+    LAUNCH = "XBLOCK=1024, num_warps=4, num_stages=1)"
+
+    def tile(rows, warps):
+        def f(t):
+            assert FLAT in t
+            t = t.replace(FLAT, TILE)
+            t = t.replace(
+                'grid = lambda meta: (triton.cdiv(534775808, meta["XBLOCK"]),)',
+                'grid = lambda meta: (triton.cdiv(1046528, meta["YBLOCK"]),)',
+            )
+            return t.replace(LAUNCH, f"XBLOCK=1024, YBLOCK={rows}, num_warps={warps}, num_stages=1)")
+
+        return f
+
+    run(
+        "42_Max_Pooling_2D",
+        "42_Max_Pooling_2D",
+        [
+            ("seed", lambda t: t),
+            ("seed 8 warps", sub(LAUNCH, "XBLOCK=1024, num_warps=8, num_stages=1)")),
+            ("tile 2x512 w4", tile(2, 4)),
+            ("tile 4x512 w4", tile(4, 4)),
+            ("tile 4x512 w8", tile(4, 8)),
+            ("tile 8x512 w8", tile(8, 8)),
+            ("tile 16x512 w8", tile(16, 8)),
+            ("tile 16x512 w16", tile(16, 16)),
         ],
     )

@@ -30,6 +30,7 @@ from ksmith_mutate.gemm_configs import (
 from ksmith_mutate.loop_order import loop_reverse_changes
 from ksmith_mutate.loop_split import mask_split_changes
 from ksmith_mutate.native import NATIVE_KINDS, native_changes
+from ksmith_mutate.program_order import broadcast_reuse_changes
 from ksmith_mutate.source_model import (
     DOT_AXIS,
     GROUP_NAMES,
@@ -57,6 +58,7 @@ EDIT_KINDS = (
     "mask_split",
     "loop_reverse",
     "flip_fold",
+    "broadcast_reuse",
     "block_size",
     "dot_tile",
     "group_m",
@@ -292,6 +294,8 @@ def _all_changes(model: SourceModel, limits: Limits) -> Iterator[_Change]:
         yield _change("loop_reverse", description, pairs, detail=detail)
     for description, pairs, detail in flip_fold_changes(model):
         yield _change("flip_fold", description, pairs, detail=detail)
+    for description, pairs, detail in broadcast_reuse_changes(model):
+        yield _change("broadcast_reuse", description, pairs, detail=detail)
     for kind, description, pairs, detail in attention_changes(model, limits.num_warps):
         yield _change(kind, description, pairs, safer=detail["direction"] == "down", detail=detail)
     for site in model.launches:

@@ -25,13 +25,16 @@ import libcst as cst
 
 from ksmith_mutate.source_model import (
     SourceModel,
-    dotted_name,
+    address_base,
+    address_bases,
     fresh_name,
     grouped,
+    has_other_effects,
     is_tl_call,
-    keyword_value,
     name_of,
+    pointer_arg,
     range_from_zero,
+    read_names,
     same_code,
     walk,
 )
@@ -50,7 +53,7 @@ def loop_reverse_changes(model: SourceModel) -> Iterator[tuple[str, Pairs, dict]
         for position, statement in enumerate(statements):
             if not isinstance(statement, cst.For):
                 continue
-            reads = {roots.get(b, b) for b in _bases(statement, "load")}
+            reads = {roots.get(b, b) for b in address_bases(statement, "load")}
             if reads & read_before and _reversible(statement, statements[position + 1 :], aranges, helpers):
                 number = sum(isinstance(s, cst.For) for s in statements[:position]) + 1
                 name = fresh_name(kernel.node, f"{statement.target.value}_rev")  # type: ignore[attr-defined]
@@ -78,38 +81,10 @@ def _derived_from(statements: list[cst.BaseStatement]) -> dict[str, str]:
     pointer it starts from: a load through ``x_row`` reads what one through ``x_ptr`` reads."""
     roots: dict[str, str] = {}
     for target, value in _top_level_assignments(statements):
-        base = _base(value)
+        base = address_base(value)
         if base is not None:
             roots[target] = roots.get(base, base)
     return roots
-
-
-def _base(address: cst.BaseExpression) -> str | None:
-    """The leftmost name of a sum, ``x_ptr`` in ``x_ptr + (r0_1 + 65535 * x0)``: where an address starts."""
-    while isinstance(address, cst.BinaryOperation) and isinstance(address.operator, (cst.Add, cst.Subtract)):
-        address = address.left
-    return name_of(address)
-
-
-def _pointer_arg(call: cst.Call) -> cst.BaseExpression | None:
-    """A ``tl.load`` / ``tl.store``'s address: the ``pointer=`` keyword or the first positional argument."""
-    keyword = keyword_value(call, "pointer")
-    if keyword is not None:
-        return keyword
-    positional = [arg for arg in call.args if arg.keyword is None]
-    return positional[0].value if positional else None
-
-
-def _bases(node: cst.CSTNode, what: str) -> set[str]:
-    """Where the addresses of the ``tl.<what>`` calls below ``node`` start."""
-    found: set[str] = set()
-    for call in walk(node):
-        if is_tl_call(call, what):
-            address = _pointer_arg(call)  # type: ignore[arg-type]
-            base = _base(address) if address is not None else None
-            if base is not None:
-                found.add(base)
-    return found
 
 
 def _arange_names(statements: list[cst.BaseStatement]) -> dict[str, cst.BaseExpression]:
@@ -133,20 +108,14 @@ def _reads_and_writes(statement: cst.CSTNode) -> tuple[list[str], list[str]]:
     """Names read, then names written, by one simple statement (in the order Python evaluates them)."""
     if isinstance(statement, cst.Assign):
         targets = [n.value for t in statement.targets for n in walk(t.target) if isinstance(n, cst.Name)]
-        return _names(statement.value), targets
+        return read_names(statement.value), targets
     if isinstance(statement, cst.AugAssign):
-        target = _names(statement.target)
-        return target + _names(statement.value), target
+        target = read_names(statement.target)
+        return target + read_names(statement.value), target
     if isinstance(statement, cst.AnnAssign):
-        value = _names(statement.value) if statement.value is not None else []
-        return value, _names(statement.target)
-    return _names(statement), []
-
-
-def _names(node: cst.CSTNode) -> list[str]:
-    # An attribute's name (``tl`` of ``tl.load``) is read; its attribute (``load``) is not a variable.
-    attributes = {id(n.attr) for n in walk(node) if isinstance(n, cst.Attribute)}
-    return [n.value for n in walk(node) if isinstance(n, cst.Name) and id(n) not in attributes]
+        value = read_names(statement.value) if statement.value is not None else []
+        return value, read_names(statement.target)
+    return read_names(statement), []
 
 
 def _simple_statements(body: cst.CSTNode) -> list[cst.CSTNode] | None:
@@ -180,7 +149,7 @@ def _reversible(
         if any(r not in assigned and any(r in _writes(s) for s in statements) for r in reads):
             return False
         assigned |= set(writes)
-    if variable in assigned or assigned & (set(_names(stop)) | set(_names(step))):
+    if variable in assigned or assigned & (set(read_names(stop)) | set(read_names(step))):
         return False
     blocks = _Blocks(variable, step, aranges, assigned)
     for statement in statements:
@@ -254,7 +223,7 @@ class _Blocks:
         return width is not None and same_code(width, self.step)
 
     def _invariant(self, node: cst.BaseExpression) -> bool:
-        names = set(_names(node))
+        names = set(read_names(node))
         return not (names & (self.assigned | self.loop_names)) and not any(
             isinstance(n, cst.Call) for n in walk(node)
         )
@@ -268,20 +237,11 @@ def _writes_are_disjoint(body: cst.CSTNode, blocks: _Blocks, helpers: set[str]) 
     """Every write of the loop goes to its own block (no two iterations write one place), nothing it stores
     through is also read in the loop (a dependence carried through memory), and nothing else has a side
     effect: no atomic, barrier, ``@triton.jit`` helper call or descriptor store."""
-    stored = _bases(body, "store")
-    if stored & _bases(body, "load"):
+    if address_bases(body, "store") & address_bases(body, "load") or has_other_effects(body, helpers):
         return False
     for call in walk(body):
-        if not isinstance(call, cst.Call):
-            continue
-        name = dotted_name(call.func)
-        method = name.rsplit(".", 1)[-1]
-        if name in helpers or method.startswith("atomic_") or method == "debug_barrier":
-            return False
-        if method == "store" and not is_tl_call(call, "store"):
-            return False  # a descriptor's store: its address is not read here
         if is_tl_call(call, "store"):
-            address = _pointer_arg(call)
+            address = pointer_arg(call)  # type: ignore[arg-type]
             if address is None or not blocks.is_block(address):
                 return False  # the same place every iteration (the last write wins) or a scatter
     return True
@@ -317,7 +277,7 @@ def _read_after(names: set[str], after: list[cst.BaseStatement]) -> bool:
                     return True
                 pending -= set(writes)
         elif isinstance(statement, cst.For) and _simple_statements(statement.body) is not None:
-            if pending & set(_names(statement.iter)):
+            if pending & set(read_names(statement.iter)):
                 return True
             inner = set(pending)
             for small in _simple_statements(statement.body) or []:
@@ -325,7 +285,7 @@ def _read_after(names: set[str], after: list[cst.BaseStatement]) -> bool:
                 if inner & set(reads):
                     return True
                 inner -= set(writes)
-        elif pending & set(_names(statement)):
+        elif pending & set(read_names(statement)):
             return True
     return False
 

@@ -43,6 +43,14 @@ Edit kinds (the arms of the bandit):
     into the buffer writes ``r + N * x`` with ``r < N`` guarded, the producer is launched once and does not
     read the buffer, nothing else mentions it, and both buffers are allocated alike
     (:mod:`ksmith_mutate.flip_fold`). Tried first far below a memory roofline.
+``broadcast_reuse``
+    A pointwise kernel over rows that also reads an operand of a million elements or more shared by every row
+    (LayerNorm's weight and bias over a long normalised shape) has its programs renumbered: program ``p`` takes
+    row ``p % R`` of column block ``p // R``, so the rows of one block run side by side and the shared block
+    comes from DRAM once, not once per row. Only where the programs are independent (no atomic, barrier, helper
+    call or descriptor store, nothing stored through a pointer also loaded); the renumbering is a bijection of
+    the programs of whole blocks and leaves any other program as it was (:mod:`ksmith_mutate.program_order`).
+    Tried with ``flip_fold`` and ``loop_reverse`` far below a memory roofline.
 ``block_size``
     A literal ``BLOCK_SIZE`` / ``BLOCK_*`` constexpr at a launch site of a kernel without ``tl.dot``, doubled
     or halved, staying a power of two in 16..8192 for one-dimensional blocks (1..8192 per axis, at most 65536
@@ -181,8 +189,9 @@ STRUCTURAL_FIRST = (
 
 # Far below the memory roofline, the kinds that change how many passes over memory there are and what they read,
 # untried ones first: a flip folded into its producer's store drops a whole pass; a later pass over a long row
-# from its last block re-reads what L2 still holds (docs/benchmarks.md §6f).
-MEMORY_STRUCTURAL_FIRST = ("flip_fold", "loop_reverse")
+# from its last block re-reads what L2 still holds; the rows of one block of a shared operand side by side read
+# it once (docs/benchmarks.md §6f).
+MEMORY_STRUCTURAL_FIRST = ("flip_fold", "loop_reverse", "broadcast_reuse")
 
 __all__ = ["MUTATE", "NAME", "best_working_ancestor", "ksmith_register_proposers", "launch_config", "propose"]
 

@@ -136,6 +136,57 @@ def assigned_values(body: cst.CSTNode) -> dict[str, list[cst.BaseExpression]]:
     return values
 
 
+def read_names(node: cst.CSTNode) -> list[str]:
+    """The variables ``node`` reads, in order. An attribute's name (``tl`` of ``tl.load``) is read; its
+    attribute (``load``) is not a variable."""
+    attributes = {id(n.attr) for n in walk(node) if isinstance(n, cst.Attribute)}
+    return [n.value for n in walk(node) if isinstance(n, cst.Name) and id(n) not in attributes]
+
+
+def pointer_arg(call: cst.Call) -> cst.BaseExpression | None:
+    """A ``tl.load`` / ``tl.store``'s address: the ``pointer=`` keyword or the first positional argument."""
+    keyword = keyword_value(call, "pointer")
+    if keyword is not None:
+        return keyword
+    positional = [arg for arg in call.args if arg.keyword is None]
+    return positional[0].value if positional else None
+
+
+def address_base(address: cst.BaseExpression) -> str | None:
+    """The leftmost name of a sum, ``x_ptr`` in ``x_ptr + (r0_1 + 65535 * x0)``: where an address starts."""
+    while isinstance(address, cst.BinaryOperation) and isinstance(address.operator, (cst.Add, cst.Subtract)):
+        address = address.left
+    return name_of(address)
+
+
+def address_bases(node: cst.CSTNode, what: str) -> set[str]:
+    """Where the addresses of the ``tl.<what>`` calls below ``node`` start."""
+    found: set[str] = set()
+    for call in walk(node):
+        if is_tl_call(call, what):
+            address = pointer_arg(call)  # type: ignore[arg-type]
+            base = address_base(address) if address is not None else None
+            if base is not None:
+                found.add(base)
+    return found
+
+
+def has_other_effects(node: cst.CSTNode, helpers: set[str]) -> bool:
+    """Whether ``node`` does more than plain loads and ``tl.store``: an atomic, a barrier, a call of a
+    ``@triton.jit`` helper (``helpers``: their names) or a descriptor's store, whose order or place these
+    checks cannot see."""
+    for call in walk(node):
+        if not isinstance(call, cst.Call):
+            continue
+        name = dotted_name(call.func)
+        method = name.rsplit(".", 1)[-1]
+        if name in helpers or method.startswith("atomic_") or method == "debug_barrier":
+            return True
+        if method == "store" and not is_tl_call(call, "store"):
+            return True  # a descriptor's store: its address is not read here
+    return False
+
+
 def base_name(node: cst.BaseExpression) -> str | None:
     """``offs`` for ``offs[None, :]`` or ``offs``; None for anything else."""
     if isinstance(node, cst.Subscript):

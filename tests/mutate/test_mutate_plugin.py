@@ -354,3 +354,18 @@ def test_a_memory_bound_parent_far_from_its_roofline_tries_the_reversed_pass_fir
     # Once tried, it is one kind among the others; near the roofline it never came first.
     assert len(kinds(far, Counter({"loop_reverse": 1}))) > 3
     assert len(kinds(near, Counter())) > 3
+
+
+def test_a_memory_bound_parent_whose_rows_share_an_operand_renumbers_its_programs_first(make_run):
+    run = make_run("rows_affine")
+    far = add_seed(run, "rows_affine", replace(ok(1.0), roofline_bound="memory", roofline_fraction=0.4))
+    edits = possible_edits(far.candidate.source)
+    chosen = set()
+    for trial in range(20):
+        run.rng.seed(trial)
+        plan = plugin._Plan(far, False, "improve")
+        edit = plugin._pick_edit(
+            plan, {far.candidate.id: list(edits)}, set(), EditBandit(), Counter(), run.rng
+        )
+        chosen.add(edit.kind)
+    assert chosen == {"broadcast_reuse"}
