@@ -120,12 +120,44 @@ def problem_sizes(problem: types.ModuleType) -> dict[str, int]:
         inputs = make_inputs(problem, 0, "meta")
         sizes["input_bytes"] = tensor_bytes(inputs)
         model = make_model(problem.Model, problem, 0, "meta")
-        with torch.no_grad():
+        with torch.no_grad(), no_triton_launches():
             _, outputs = flatten_outputs(model(*inputs))
         sizes["output_bytes"] = tensor_bytes(outputs)
     except Exception:  # noqa: BLE001 - data-dependent code, custom kernels: no estimate, measured later
         pass
     return sizes
+
+
+class MetaLaunchError(RuntimeError):
+    """A Triton kernel was about to run on meta tensors."""
+
+
+@contextlib.contextmanager
+def no_triton_launches() -> Iterator[None]:
+    """Triton launches raise instead of running. A reference ``Model`` that launches its own Triton kernel
+    (an imported upstream kernel is its own reference) would launch it on meta tensors' null pointers: an
+    illegal address that poisons this process's CUDA context, so the problem's next step fails (seen on the
+    H100 as ``get_inputs()`` raising an illegal memory access). Triton's launch hook runs before every launch
+    of a compiled kernel, and an exception from it stops the launch."""
+    import triton
+
+    knobs = getattr(triton, "knobs", None)
+    if knobs is not None:
+        holder: Any = knobs.runtime
+    else:  # Triton before 3.4 keeps the hook on the compiled kernel's class
+        from triton.compiler.compiler import CompiledKernel
+
+        holder = CompiledKernel
+
+    def refuse(*_: Any, **__: Any) -> None:
+        raise MetaLaunchError("a Triton kernel launched while sizing the problem on the meta device")
+
+    previous = holder.launch_enter_hook
+    holder.launch_enter_hook = refuse
+    try:
+        yield
+    finally:
+        holder.launch_enter_hook = previous
 
 
 def check_sampled_calls(problem: types.ModuleType, device: str, command: dict[str, Any]) -> dict[str, Any]:

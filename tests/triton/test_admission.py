@@ -244,6 +244,29 @@ def test_a_problems_input_and_output_bytes_come_from_the_meta_device():
     assert problem_sizes(module) == {"input_bytes": 8 * 512 * 4}
 
 
+def test_sizing_on_the_meta_device_lets_no_triton_kernel_launch():
+    import triton
+
+    from ksmith_triton.child_common import load_problem_module
+    from ksmith_triton.reference_side import MetaLaunchError, no_triton_launches, problem_sizes
+
+    def earlier(metadata):
+        return None
+
+    triton.knobs.runtime.launch_enter_hook = earlier
+    try:
+        with no_triton_launches():
+            # What Triton's launcher calls before every launch; raising there stops the launch.
+            with pytest.raises(MetaLaunchError):
+                triton.knobs.runtime.launch_enter_hook({"name": "kernel"})
+        assert triton.knobs.runtime.launch_enter_hook is earlier
+    finally:
+        triton.knobs.runtime.launch_enter_hook = None
+    # A reference that is a Triton kernel itself: its inputs are sized, its outputs are not (no launch).
+    module = load_problem_module((CASES / "triton_reference.py").read_text(), {"batch_size": 8, "dim": 512})
+    assert problem_sizes(module) == {"input_bytes": 8 * 512 * 4}
+
+
 def test_out_of_memory_verdicts_and_problem_errors_are_recognised():
     def verdict(status, reason):
         return Verdict(status=status, reasons=(reason,))

@@ -223,6 +223,14 @@ def test_gpu_cheats(reference_cache, name, status, code):
 
 
 @pytest.mark.gpu
+def test_gpu_a_reference_that_launches_its_own_triton_kernel_is_evaluated(reference_cache):
+    # Sizing the problem on the meta device once launched the reference's kernel on null pointers: the
+    # reference process's CUDA context was lost, and every evaluation ended in a problem error.
+    verdict = evaluate(problem("triton_reference"), candidate("scale_add_ok"), _gpu_options(reference_cache))
+    assert verdict.status is Status.OK, verdict.reasons
+
+
+@pytest.mark.gpu
 def test_gpu_sticky_cuda_error_costs_the_candidate_only(reference_cache):
     bad = evaluate(problem("scale_add"), candidate("illegal_address"), _gpu_options(reference_cache))
     assert bad.status in (Status.RUNTIME_ERROR, Status.CRASHED), bad.reasons
