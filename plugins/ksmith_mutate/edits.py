@@ -31,6 +31,7 @@ from ksmith_mutate.loop_order import loop_reverse_changes
 from ksmith_mutate.loop_split import mask_split_changes
 from ksmith_mutate.native import NATIVE_KINDS, native_changes
 from ksmith_mutate.program_order import broadcast_reuse_changes
+from ksmith_mutate.scan import vector_scan_changes
 from ksmith_mutate.source_model import (
     DOT_AXIS,
     GROUP_NAMES,
@@ -59,6 +60,7 @@ EDIT_KINDS = (
     "loop_reverse",
     "flip_fold",
     "broadcast_reuse",
+    "vector_scan",
     "block_size",
     "dot_tile",
     "group_m",
@@ -296,6 +298,8 @@ def _all_changes(model: SourceModel, limits: Limits) -> Iterator[_Change]:
         yield _change("flip_fold", description, pairs, detail=detail)
     for description, pairs, detail in broadcast_reuse_changes(model):
         yield _change("broadcast_reuse", description, pairs, detail=detail)
+    for description, pairs, detail in vector_scan_changes(model):
+        yield _change("vector_scan", description, pairs, detail=detail)
     for kind, description, pairs, detail in attention_changes(model, limits.num_warps):
         yield _change(kind, description, pairs, safer=detail["direction"] == "down", detail=detail)
     for site in model.launches:

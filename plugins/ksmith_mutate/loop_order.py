@@ -34,8 +34,11 @@ from ksmith_mutate.source_model import (
     name_of,
     pointer_arg,
     range_from_zero,
+    read_after,
     read_names,
+    reads_and_writes,
     same_code,
+    simple_statements,
     walk,
 )
 
@@ -104,37 +107,12 @@ def _arange_width(node: cst.BaseExpression) -> cst.BaseExpression | None:
     return None
 
 
-def _reads_and_writes(statement: cst.CSTNode) -> tuple[list[str], list[str]]:
-    """Names read, then names written, by one simple statement (in the order Python evaluates them)."""
-    if isinstance(statement, cst.Assign):
-        targets = [n.value for t in statement.targets for n in walk(t.target) if isinstance(n, cst.Name)]
-        return read_names(statement.value), targets
-    if isinstance(statement, cst.AugAssign):
-        target = read_names(statement.target)
-        return target + read_names(statement.value), target
-    if isinstance(statement, cst.AnnAssign):
-        value = read_names(statement.value) if statement.value is not None else []
-        return value, read_names(statement.target)
-    return read_names(statement), []
-
-
-def _simple_statements(body: cst.CSTNode) -> list[cst.CSTNode] | None:
-    """The loop body's small statements in order; ``None`` where it holds a compound statement (an ``if``
-    or a nested loop, whose writes happen only sometimes)."""
-    found: list[cst.CSTNode] = []
-    for line in body.body:  # type: ignore[attr-defined]
-        if not isinstance(line, cst.SimpleStatementLine):
-            return None
-        found.extend(line.body)
-    return found
-
-
 def _reversible(
     loop: cst.For, after: list[cst.BaseStatement], aranges: dict[str, cst.BaseExpression], helpers: set[str]
 ) -> bool:
     if range_from_zero(loop) is None or not isinstance(loop.target, cst.Name):
         return False
-    statements = _simple_statements(loop.body)
+    statements = simple_statements(loop.body)
     if not statements:
         return False
     variable = loop.target.value
@@ -143,7 +121,7 @@ def _reversible(
         return False  # reversed already: reversing again is the loop as it was
     assigned: set[str] = set()
     for statement in statements:
-        reads, writes = _reads_and_writes(statement)
+        reads, writes = reads_and_writes(statement)
         # Read before this iteration assigned it, and assigned in the body: carried from the previous
         # iteration (``acc += ...``, ``_tmp = tl.where(mask, _tmp + x, _tmp)``).
         if any(r not in assigned and any(r in _writes(s) for s in statements) for r in reads):
@@ -159,7 +137,7 @@ def _reversible(
                 blocks.learn(target, statement.value)
     if not _writes_are_disjoint(loop.body, blocks, helpers):
         return False
-    return not _read_after(assigned, after)
+    return not read_after(assigned, after)
 
 
 class _Blocks:
@@ -259,35 +237,7 @@ def _counts_down(statement: cst.CSTNode, variable: str) -> bool:
 
 
 def _writes(statement: cst.CSTNode) -> list[str]:
-    return _reads_and_writes(statement)[1]
-
-
-def _read_after(names: set[str], after: list[cst.BaseStatement]) -> bool:
-    """Whether code after the loop reads one of ``names`` before writing it: it would see the value of the
-    last iteration, which reversing changes. A write inside a compound statement may not happen, so it does
-    not count, except for reads later in the same loop body."""
-    pending = set(names)
-    for statement in after:
-        if not pending:
-            return False
-        if isinstance(statement, cst.SimpleStatementLine):
-            for small in statement.body:
-                reads, writes = _reads_and_writes(small)
-                if pending & set(reads):
-                    return True
-                pending -= set(writes)
-        elif isinstance(statement, cst.For) and _simple_statements(statement.body) is not None:
-            if pending & set(read_names(statement.iter)):
-                return True
-            inner = set(pending)
-            for small in _simple_statements(statement.body) or []:
-                reads, writes = _reads_and_writes(small)
-                if inner & set(reads):
-                    return True
-                inner -= set(writes)
-        elif pending & set(read_names(statement)):
-            return True
-    return False
+    return reads_and_writes(statement)[1]
 
 
 def _reversed(loop: cst.For, name: str) -> cst.For:

@@ -51,6 +51,15 @@ Edit kinds (the arms of the bandit):
     call or descriptor store, nothing stored through a pointer also loaded); the renumbering is a bijection of
     the programs of whole blocks and leaves any other program as it was (:mod:`ksmith_mutate.program_order`).
     Tried with ``flip_fold`` and ``loop_reverse`` far below a memory roofline.
+``vector_scan``
+    A scalar loop that carries one running sum (a batch's lengths and their prefix sum, computed one request
+    per iteration in one program, as serving engines' metadata kernels do) runs 1024 iterations at a time:
+    loads and stores masked to the live lanes, the sum inside a block from ``tl.cumsum``, reads of the sum
+    before its update as the exclusive prefix and after it as the inclusive one. Only a loop from 0 by 1 of
+    simple statements with exactly that one carried name, updated once by ``+=``, no other name it assigns
+    read after it, every store addressed by the loop variable, nothing stored also loaded, and no call but
+    loads, stores, ``.to`` and elementwise ``tl`` functions (:mod:`ksmith_mutate.scan`). Tried with the
+    memory-structure kinds far below a memory roofline.
 ``block_size``
     A literal ``BLOCK_SIZE`` / ``BLOCK_*`` constexpr at a launch site of a kernel without ``tl.dot``, doubled
     or halved, staying a power of two in 16..8192 for one-dimensional blocks (1..8192 per axis, at most 65536
@@ -190,8 +199,9 @@ STRUCTURAL_FIRST = (
 # Far below the memory roofline, the kinds that change how many passes over memory there are and what they read,
 # untried ones first: a flip folded into its producer's store drops a whole pass; a later pass over a long row
 # from its last block re-reads what L2 still holds; the rows of one block of a shared operand side by side read
-# it once (docs/benchmarks.md §6f).
-MEMORY_STRUCTURAL_FIRST = ("flip_fold", "loop_reverse", "broadcast_reuse")
+# it once (docs/benchmarks.md §6f); a running sum a block at a time instead of one element per memory latency
+# (§7b).
+MEMORY_STRUCTURAL_FIRST = ("flip_fold", "loop_reverse", "broadcast_reuse", "vector_scan")
 
 __all__ = ["MUTATE", "NAME", "best_working_ancestor", "ksmith_register_proposers", "launch_config", "propose"]
 

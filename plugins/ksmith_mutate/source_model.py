@@ -143,6 +143,59 @@ def read_names(node: cst.CSTNode) -> list[str]:
     return [n.value for n in walk(node) if isinstance(n, cst.Name) and id(n) not in attributes]
 
 
+def reads_and_writes(statement: cst.CSTNode) -> tuple[list[str], list[str]]:
+    """Names read, then names written, by one simple statement (in the order Python evaluates them)."""
+    if isinstance(statement, cst.Assign):
+        targets = [n.value for t in statement.targets for n in walk(t.target) if isinstance(n, cst.Name)]
+        return read_names(statement.value), targets
+    if isinstance(statement, cst.AugAssign):
+        target = read_names(statement.target)
+        return target + read_names(statement.value), target
+    if isinstance(statement, cst.AnnAssign):
+        value = read_names(statement.value) if statement.value is not None else []
+        return value, read_names(statement.target)
+    return read_names(statement), []
+
+
+def simple_statements(body: cst.CSTNode) -> list[cst.CSTNode] | None:
+    """A loop body's small statements in order; ``None`` where it holds a compound statement (an ``if``
+    or a nested loop, whose writes happen only sometimes)."""
+    found: list[cst.CSTNode] = []
+    for line in body.body:  # type: ignore[attr-defined]
+        if not isinstance(line, cst.SimpleStatementLine):
+            return None
+        found.extend(line.body)
+    return found
+
+
+def read_after(names: set[str], after: list[cst.BaseStatement]) -> bool:
+    """Whether code after a loop reads one of ``names`` before writing it: it would see the value of the
+    last iteration, which an edit of the loop's order or shape changes. A write inside a compound statement may not happen, so it does
+    not count, except for reads later in the same loop body."""
+    pending = set(names)
+    for statement in after:
+        if not pending:
+            return False
+        if isinstance(statement, cst.SimpleStatementLine):
+            for small in statement.body:
+                reads, writes = reads_and_writes(small)
+                if pending & set(reads):
+                    return True
+                pending -= set(writes)
+        elif isinstance(statement, cst.For) and simple_statements(statement.body) is not None:
+            if pending & set(read_names(statement.iter)):
+                return True
+            inner = set(pending)
+            for small in simple_statements(statement.body) or []:
+                reads, writes = reads_and_writes(small)
+                if inner & set(reads):
+                    return True
+                inner -= set(writes)
+        elif pending & set(read_names(statement)):
+            return True
+    return False
+
+
 def pointer_arg(call: cst.Call) -> cst.BaseExpression | None:
     """A ``tl.load`` / ``tl.store``'s address: the ``pointer=`` keyword or the first positional argument."""
     keyword = keyword_value(call, "pointer")
