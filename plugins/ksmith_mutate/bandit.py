@@ -40,10 +40,20 @@ def reward_for(child: Verdict, parent: Verdict) -> float | None:
     return min(1.0, max(0.0, 0.5 + 0.5 * gain / GAIN_SCALE))
 
 
+# A (kind, direction) whose every result so far lost this much (reward below it: more than half of GAIN_SCALE
+# slower, or broken) is this much less likely to be picked again within its kind, so the other direction of a
+# tuning move gets its turn: num_warps 8 -> 16 at half the speed says little about 8 -> 4.
+LOSING_DIRECTION_REWARD = 0.25
+LOSING_DIRECTION_WEIGHT = 0.2
+
+
 @dataclass
 class EditBandit:
     pulls: Counter[str] = field(default_factory=Counter)
     total_reward: dict[str, float] = field(default_factory=dict)
+    # The same per (kind, direction), for edits that move a value one way ("up" / "down").
+    direction_pulls: Counter[tuple[str, str]] = field(default_factory=Counter)
+    direction_reward: dict[tuple[str, str], float] = field(default_factory=dict)
 
     @classmethod
     def from_population(
@@ -60,12 +70,27 @@ class EditBandit:
                 continue
             reward = reward_for(scored.verdict, parent.verdict)
             if reward is not None:
-                bandit.record(candidate.edit_kind, reward)
+                direction = (candidate.meta.get("detail") or {}).get("direction")
+                bandit.record(candidate.edit_kind, reward, str(direction) if direction else None)
         return bandit
 
-    def record(self, kind: str, reward: float) -> None:
+    def record(self, kind: str, reward: float, direction: str | None = None) -> None:
         self.pulls[kind] += 1
         self.total_reward[kind] = self.total_reward.get(kind, 0.0) + reward
+        if direction is not None:
+            key = (kind, direction)
+            self.direction_pulls[key] += 1
+            self.direction_reward[key] = self.direction_reward.get(key, 0.0) + reward
+
+    def direction_weight(self, kind: str, direction: str | None) -> float:
+        """How likely an edit of ``kind`` moving ``direction`` is picked within its kind: less where that
+        direction has only lost so far."""
+        key = (kind, str(direction))
+        n = self.direction_pulls[key]
+        if direction is None or not n:
+            return 1.0
+        losing = self.direction_reward[key] / n < LOSING_DIRECTION_REWARD
+        return LOSING_DIRECTION_WEIGHT if losing else 1.0
 
     def mean(self, kind: str) -> float:
         n = self.pulls[kind]

@@ -430,7 +430,8 @@ def _pick_edit(
     listed: dict[str, int] | None = None,
     limits: Limits | None = None,
 ) -> Edit | None:
-    """Bandit-chosen kind, random edit within it; edits whose result was already evaluated are dropped.
+    """Bandit-chosen kind, random edit within it (a direction of the kind that has only lost so far less
+    likely); edits whose result was already evaluated are dropped.
 
     When no edit is left, ``note_dropped(reason, detail)`` (``run.note_dropped``) says why: ``no_edit`` or
     ``all_edits_tried`` (``listed`` remembers how many edits each parent offered at first).
@@ -473,7 +474,9 @@ def _pick_edit(
         kind = untried[0] if first and untried else bandit.choose(kinds, rng, pending)
         of_kind = [e for e in pool if e.kind == kind]
         weights = [
-            (MOMENTUM_WEIGHT if _continues(plan.momentum, e) else 1.0) * (_grow_weight(e) if grow else 1.0)
+            (MOMENTUM_WEIGHT if _continues(plan.momentum, e) else 1.0)
+            * (_grow_weight(e) if grow else 1.0)
+            * bandit.direction_weight(e.kind, e.detail.get("direction"))
             for e in of_kind
         ]
         edit = rng.choices(of_kind, weights=weights, k=1)[0]

@@ -369,3 +369,26 @@ def test_a_memory_bound_parent_whose_rows_share_an_operand_renumbers_its_program
         )
         chosen.add(edit.kind)
     assert chosen == {"broadcast_reuse"}
+
+
+def test_a_direction_that_only_lost_gives_the_other_direction_its_turn(make_run):
+    from ksmith_mutate.bandit import LOSING_DIRECTION_WEIGHT
+
+    run = make_run("softmax")
+    parent = add_seed(run, "softmax", ok(1.0))
+    warps = [e for e in possible_edits(parent.candidate.source) if e.kind == "num_warps"]
+    assert {e.detail["direction"] for e in warps} == {"up", "down"}
+    bandit = EditBandit()
+    bandit.record("num_warps", 0.0, "up")  # 8 -> 16 ran at half the speed
+    assert bandit.direction_weight("num_warps", "up") == LOSING_DIRECTION_WEIGHT
+    assert bandit.direction_weight("num_warps", "down") == 1.0  # never tried
+    chosen = Counter()
+    for trial in range(60):
+        run.rng.seed(trial)
+        plan = plugin._Plan(parent, False, "improve")
+        edit = plugin._pick_edit(plan, {parent.candidate.id: list(warps)}, set(), bandit, Counter(), run.rng)
+        chosen[edit.detail["direction"]] += 1
+    assert chosen["down"] > 3 * chosen["up"] > 0
+    # A direction that gained keeps its full weight.
+    bandit.record("num_warps", 0.9, "down")
+    assert bandit.direction_weight("num_warps", "down") == 1.0
