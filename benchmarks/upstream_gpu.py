@@ -6,7 +6,10 @@ For each problem file made by ``ksmith import`` (SGLang's or LMDeploy's kernel a
 2. ``ksmith patch PROJECT RUN -o PATCH --source SRC`` (SRC: the upstream tree, a wheel, or a directory with
    the unpacked kernel module and the package's ``dist-info``);
 3. ``python -m ksmith_upstream.standalone PATCH`` (the generated test under pytest, and on a GPU the generated
-   benchmark: upstream vs evolved per shape).
+   benchmark: upstream vs evolved per shape, each call's GPU time in a CUDA graph and its time with the launch);
+4. where that benchmark found shapes the evolved path makes slower: ``ksmith patch ... --gate-from
+   PATCH/check.json -o PATCH-gated`` (the fast path only over the measured range where it was not slower) and
+   the same check of that patch.
 
 Prints a table last and writes OUT/results.json with each step's exit code, the run's best speedup over
 upstream, and the standalone check's per-shape timings::
@@ -83,10 +86,10 @@ def main(argv: list[str] | None = None) -> int:
             log,
         )
         row["run"] = best_of(run_dir)
-        patch = ["ksmith", "patch", project, str(run_dir), "-o", str(patch_dir)]
-        if project in sources:
-            patch += ["--source", sources[project]]
-        row["patch_rc"], _ = step(patch, log)
+
+        source = ["--source", sources[project]] if project in sources else []
+        patch = ["ksmith", "patch", project, str(run_dir), *source, "-o"]
+        row["patch_rc"], _ = step([*patch, str(patch_dir)], log)
         if row["patch_rc"] == 0:
             check = ["python", "-m", "ksmith_upstream.standalone", str(patch_dir)]
             if args.device == "cpu":
@@ -94,15 +97,27 @@ def main(argv: list[str] | None = None) -> int:
             row["check_rc"], row["check_s"] = step(check, log)
             check_file = patch_dir / "check.json"
             row["check"] = json.loads(check_file.read_text()) if check_file.exists() else None
+            slower = ((row["check"] or {}).get("bench") or {}).get("regressions")
+            if slower and args.device != "cpu":
+                # Shapes where the evolved path measured slower: patch again with the fast path gated to the
+                # measured range where it was not (``ksmith patch --gate-from``), and check that patch.
+                gated = args.out / f"patch-{name}-gated"
+                row["gated_patch_rc"], _ = step([*patch, str(gated), "--gate-from", str(check_file)], log)
+                if row["gated_patch_rc"] == 0:
+                    row["gated_check_rc"], _ = step(
+                        ["python", "-m", "ksmith_upstream.standalone", str(gated)], log
+                    )
+                    gated_check = gated / "check.json"
+                    row["gated_check"] = json.loads(gated_check.read_text()) if gated_check.exists() else None
         rows.append(row)
         (args.out / "results.json").write_text(json.dumps(rows, indent=2, default=str))
 
-    print(f"\n{'problem':<34}{'evolve':>7}{'patch':>6}{'check':>6}  best")
+    print(f"\n{'problem':<34}{'evolve':>7}{'patch':>6}{'check':>6}{'gated':>6}  best")
     for row in rows:
         best = row["run"].get("best") or {}
         print(
-            f"{row['problem']:<34}{row['evolve_rc']:>7}{row['patch_rc']:>6}{row.get('check_rc', '-'):>6}  "
-            f"{best.get('speedup', '-')} vs upstream"
+            f"{row['problem']:<34}{row['evolve_rc']:>7}{row['patch_rc']:>6}{row.get('check_rc', '-'):>6}"
+            f"{row.get('gated_check_rc', '-'):>6}  {best.get('speedup', '-')} vs upstream"
         )
     return 0
 

@@ -16,7 +16,7 @@ import json
 import subprocess
 import sys
 import textwrap
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import libcst as cst
@@ -553,17 +553,43 @@ CASES = {_cases(recipe, sizes)!r}
 
 {_shared(recipe)}
 
+def gpu_time(fn):
+    """The GPU time of one call, from a CUDA graph of it (the launcher's Python cost, which a decode step's
+    graph leaves out, is not counted); do_bench's time with the launch where the call cannot be captured."""
+    try:
+        return triton.testing.do_bench_cudagraph(fn), ""
+    except Exception:  # a host synchronisation in the call: no graph
+        torch.cuda.synchronize()
+        return triton.testing.do_bench(fn), " (with launch: no CUDA graph)"
+
+
 def main():
-    print(f"{{'case':<60}} {{'original (us)':>14}} {{'evolved (us)':>13}} {{'speedup':>8}}")
+    timings = []
     for case in CASES:
         torch.manual_seed(0)
         inputs = [t.to("cuda") for t in make_inputs(**case)]
         config = {{k: case[k] for k in CONFIG}}
+        run = lambda: call({leaf}.{ex.launcher}, *inputs, **config)  # noqa: E731
         with mock.patch.object({leaf}, "{mod.applies_fn}", return_value=False):
-            before = triton.testing.do_bench(lambda: call({leaf}.{ex.launcher}, *inputs, **config))
-        after = triton.testing.do_bench(lambda: call({leaf}.{ex.launcher}, *inputs, **config))
-        label = ", ".join(f"{{k}}={{v}}" for k, v in case.items())
+            before, note = gpu_time(run)
+            before_launch = triton.testing.do_bench(run)
+        fast = {leaf}.{mod.evolved_launcher}
+        with mock.patch.object({leaf}, "{mod.evolved_launcher}", wraps=fast) as spy:
+            run()
+        after, note_after = gpu_time(run)
+        after_launch = triton.testing.do_bench(run)
+        # Where the patch keeps upstream's path, both columns time the same code.
+        path = "" if spy.called else " [upstream path]"
+        label = ", ".join(f"{{k}}={{v}}" for k, v in case.items()) + path + (note or note_after)
+        timings.append((label, before, after, before_launch, after_launch))
+    print("GPU time per call")
+    print(f"{{'case':<60}} {{'original (us)':>14}} {{'evolved (us)':>13}} {{'speedup':>8}}")
+    for label, before, after, _, _ in timings:
         print(f"{{label:<60}} {{before * 1e3:>14.2f}} {{after * 1e3:>13.2f}} {{before / after:>7.2f}}x")
+    print()
+    print("Time per call with the launch (triton.testing.do_bench)")
+    for label, _, _, before, after in timings:
+        print(f"{{label:<60}} {{before * 1e3:>14.2f}} {{after * 1e3:>13.2f}} {{before / after:>7.2f}}x launch")
 
 
 if __name__ == "__main__":
@@ -641,6 +667,11 @@ def render_pr(project: Project, ex: Extraction, facts: RunFacts, mod: Codemod, f
             f"\n\n  The size range comes from the GPU benchmark of the ungated patch: the fast path runs for "
             f"{mod.gate.describe()}."
         )
+        if mod.gate.measured:
+            table += (
+                "\n\nPer shape, from the micro-benchmark of the ungated patch (each call's GPU time in a CUDA "
+                "graph):\n\n" + mod.gate.per_shape_table()
+            )
         if mod.gate.size in sizes and not mod.gate.admits(sizes):
             warning += (
                 f"\n> **The shape in this table ({mod.gate.size}={sizes[mod.gate.size]}) lies outside the size gate:** "
@@ -738,6 +769,19 @@ class SizeGate:
     low: float | None
     high: float | None
     slower: list[dict]  # the measured shapes it keeps on upstream's path for being slower
+    measured: list[dict] = field(default_factory=list)  # every row of the benchmark it was read from
+
+    def per_shape_table(self) -> str:
+        """The benchmark's rows as a Markdown table, each marked with the path this patch takes there."""
+        rows = [
+            f"| {c['case']} | {c['original_us']:.2f} | {c['evolved_us']:.2f} | {c['speedup']:.2f}x | "
+            f"{'evolved' if self.admits(_case_sizes(c['case'])) else 'upstream (unchanged)'} |"
+            for c in self.measured
+        ]
+        return (
+            "| shape | upstream (us) | evolved (us) | speedup | this patch runs |\n|---|---|---|---|---|\n"
+            + "\n".join(rows)
+        )
 
     def _bounds(self) -> list[str]:
         return [f"{op} {_number(v)}" for v, op in ((self.low, ">="), (self.high, "<=")) if v is not None]
@@ -761,7 +805,7 @@ def _number(value: float) -> str:
 
 def _case_sizes(label: str) -> dict[str, float]:
     sizes = {}
-    for part in label.split(","):
+    for part in label.split(" [", 1)[0].split(" (", 1)[0].split(","):  # the sizes before any marker
         key, _, value = part.strip().partition("=")
         try:
             sizes[key] = float(value)
@@ -822,7 +866,9 @@ def size_gate(recipe: Recipe, cases: list[dict], slower_than: float | None = Non
     best = max(runs, key=lambda run: (len(run), run[-1]))
     low = best[0] if best[0] != values[0] else None
     high = best[-1] if best[-1] != values[-1] else None
-    return SizeGate(size, expression, low, high, slower)  # every slower shape lies outside the run
+    return SizeGate(
+        size, expression, low, high, slower, list(cases)
+    )  # every slower shape lies outside the run
 
 
 def _conditions(ex: Extraction, facts: RunFacts) -> list[str]:
