@@ -28,9 +28,9 @@ On an H100, SGLang's ``normal_decode_set_metadata`` at 256 requests ran 1.49x fa
 
 Only where every iteration can run at once except through the one sum: a loop from 0 by 1 of simple
 statements; one name carried from one iteration to the next, updated once by ``acc += step`` (``step`` not
-reading it, and computed from names that do not change between the first read of ``acc`` and the update); no
-other name the body assigns read after the loop; every store's address depends on the loop variable, and
-nothing stored is also loaded in the loop; and no call but loads, stores, ``.to`` and elementwise ``tl``
+reading it, and computed from names that do not change between the first read of ``acc`` and the update); not
+inside another loop; no other name the body assigns read after the loop; every store's address a sum with one
+term ``i`` or ``i * stride``, so each iteration writes its own place; nothing stored is also loaded in the loop; and no call but loads, stores, ``.to`` and elementwise ``tl``
 functions (a reduction, ``tl.arange`` or a helper would see a block instead of one value). Reads of ``acc``
 before its update become the exclusive prefix (``acc + acc_scan - acc_step``), after it the inclusive one.
 """
@@ -91,7 +91,7 @@ def vector_scan_changes(model: SourceModel) -> Iterator[tuple[str, Pairs, dict]]
 
 def _statements_after(function: cst.FunctionDef, loop: cst.For) -> list[cst.BaseStatement] | None:
     """The statements that run after ``loop`` in its own block and in the blocks around it, in order; None
-    where the loop sits somewhere this does not follow (an ``else`` branch, a nested function)."""
+    where the loop sits somewhere this does not follow (another loop, an ``else`` branch)."""
 
     def after(block: cst.CSTNode) -> list[cst.BaseStatement] | None:
         statements = list(getattr(block, "body", []))
@@ -99,7 +99,9 @@ def _statements_after(function: cst.FunctionDef, loop: cst.For) -> list[cst.Base
             if statement is loop:
                 return statements[position + 1 :]
             if any(child is loop for child in walk(statement)):
-                inner = getattr(statement, "body", None)
+                # Through an ``if`` only: inside another loop, the statements before this one run again after
+                # it and could read what it left behind.
+                inner = statement.body if isinstance(statement, cst.If) else None
                 found = after(inner) if isinstance(inner, cst.IndentedBlock) else None
                 return None if found is None else found + statements[position + 1 :]
         return None
@@ -192,9 +194,37 @@ def _elementwise_body(body: cst.CSTNode, variable: str) -> bool:
             return False
         if is_tl_call(call, "store"):
             address = pointer_arg(call)
-            if address is None or variable not in read_names(address):
-                return False  # one place every iteration: the last write wins, not one lane of a block
+            if address is None or not _one_place_per_iteration(address, variable):
+                return False  # two iterations writing one place: the last wins, not one lane of a block
     return True
+
+
+def _one_place_per_iteration(address: cst.BaseExpression, variable: str) -> bool:
+    """A sum with exactly one term in the loop variable, that term ``v`` or ``v * k`` (``k`` free of it):
+    every iteration writes its own place (for a nonzero stride)."""
+    terms: list[cst.BaseExpression] = []
+
+    def split(node: cst.BaseExpression) -> None:
+        if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, (cst.Add, cst.Subtract)):
+            split(node.left)
+            terms.append(node.right)
+        else:
+            terms.append(node)
+
+    split(address)
+    with_variable = [t for t in terms if variable in read_names(t)]
+    if len(with_variable) != 1:
+        return False
+    (term,) = with_variable
+    if name_of(term) == variable:
+        return True
+    if isinstance(term, cst.BinaryOperation) and isinstance(term.operator, cst.Multiply):
+        factors = (term.left, term.right)
+        return (
+            any(name_of(f) == variable for f in factors)
+            and sum(variable in read_names(f) for f in factors) == 1
+        )
+    return False
 
 
 class _Vectorise(cst.CSTTransformer):

@@ -84,6 +84,11 @@ def test_a_sum_read_after_its_update_is_the_inclusive_prefix(tmp_path):
         ),
         ("a branch", BODY + "\n        if idx > 0:\n            acc += 1"),
         ("a helper", BODY + "\n        lengths_prefix_kernel(seq_lens, lengths, cu_seqlens, B, DELTA)"),
+        (
+            "two iterations write one place",
+            BODY.replace("tl.store(lengths + idx, val)", "tl.store(lengths + idx // 2, val)"),
+        ),
+        ("the variable twice in the address", BODY.replace("lengths + idx, val", "lengths + idx + idx, val")),
     ],
 )
 def test_loops_it_cannot_vectorise_are_left_alone(why, body):
@@ -103,3 +108,11 @@ def test_a_value_the_loop_leaves_behind_or_a_stepped_loop_is_left_alone():
         val = val * 2
         acc += val"""
     assert not _scans(INCLUSIVE.format(body=moved))
+    # Inside another loop, what runs before it in the next round could read what it left behind.
+    nested = INCLUSIVE.format(body=BODY.replace("\n", "\n    ")).replace(
+        "    acc = 0\n    for idx in range(0, B):\n",
+        "    for rnd in range(2):\n        acc = 0\n        for idx in range(0, B):\n    ",
+    )
+    assert "        for idx in range(0, B):\n            val = (" in nested
+    assert not _scans(nested)
+    assert _scans(INCLUSIVE.format(body=BODY))  # the same loop at the top level is offered
