@@ -52,6 +52,7 @@ from ksmith_mutate.source_model import (
     range_from_zero,
     same_code,
     walk,
+    with_keyword,
 )
 
 LOG2_E = "1.4426950408889634"
@@ -473,7 +474,7 @@ def _split_pairs(
 
 
 def _config_changes(site: LaunchSite, max_warps: tuple[int, ...]) -> Iterator[tuple[str, str, Pairs, dict]]:
-    from ksmith_mutate.edits import _grid_coupling, with_keyword
+    from ksmith_mutate.edits import _grid_coupling  # edits imports this module
 
     literals = site.literal_ints()
     if "BLOCK_M" not in literals or "BLOCK_N" not in literals:

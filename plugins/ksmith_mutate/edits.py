@@ -44,6 +44,7 @@ from ksmith_mutate.source_model import (
     is_tl_call,
     keyword_value,
     parse,
+    with_keyword,
 )
 from ksmith_mutate.split_k import split_k_changes, split_k_steps
 from ksmith_mutate.tma import tma_change
@@ -317,35 +318,6 @@ def _all_changes(model: SourceModel, limits: Limits) -> Iterator[_Change]:
 # --------------------------------------------------------------------------------------------------------------
 # Keyword arguments of calls
 # --------------------------------------------------------------------------------------------------------------
-
-
-def _tight_equal() -> cst.AssignEqual:
-    return cst.AssignEqual(
-        whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")
-    )
-
-
-def with_keyword(call: cst.Call, name: str, value: cst.BaseExpression) -> cst.Call:
-    """``call`` with keyword ``name`` set to ``value``: replaced in place, or appended keeping the layout."""
-    args = list(call.args)
-    for i, arg in enumerate(args):
-        if arg.keyword is not None and arg.keyword.value == name:
-            args[i] = arg.with_changes(value=value)
-            return call.with_changes(args=args)
-    new_arg = cst.Arg(value=value, keyword=cst.Name(name), equal=_tight_equal())
-    if args and isinstance(args[-1].comma, cst.Comma):
-        # A trailing comma owns the whitespace before ")": hand it to the new last argument, and give the
-        # old last argument the separator its neighbours use (a newline and indent in a multi-line call).
-        last = args[-1]
-        new_arg = new_arg.with_changes(comma=last.comma)
-        separator = (
-            args[-2].comma
-            if len(args) >= 2 and isinstance(args[-2].comma, cst.Comma)
-            else cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
-        )
-        args[-1] = last.with_changes(comma=separator)
-    args.append(new_arg)
-    return call.with_changes(args=args)
 
 
 def without_keyword(call: cst.Call, name: str) -> cst.Call:

@@ -27,6 +27,7 @@ from ksmith_mutate.source_model import (
     SourceModel,
     address_base,
     address_bases,
+    arange_width,
     fresh_name,
     grouped,
     has_other_effects,
@@ -39,6 +40,7 @@ from ksmith_mutate.source_model import (
     reads_and_writes,
     same_code,
     simple_statements,
+    top_level_assignments,
     walk,
 )
 
@@ -68,22 +70,11 @@ def loop_reverse_changes(model: SourceModel) -> Iterator[tuple[str, Pairs, dict]
             read_before |= reads
 
 
-def _top_level_assignments(statements: list[cst.BaseStatement]) -> Iterator[tuple[str, cst.BaseExpression]]:
-    """(name, value) of each ``name = value`` at the kernel's top level, in order."""
-    for line in statements:
-        if isinstance(line, cst.SimpleStatementLine):
-            for small in line.body:
-                if isinstance(small, cst.Assign) and len(small.targets) == 1:
-                    target = name_of(small.targets[0].target)
-                    if target is not None:
-                        yield target, small.value
-
-
 def _derived_from(statements: list[cst.BaseStatement]) -> dict[str, str]:
     """For each name the kernel's top level assigns a pointer offset (``x_row = x_ptr + row * stride``), the
     pointer it starts from: a load through ``x_row`` reads what one through ``x_ptr`` reads."""
     roots: dict[str, str] = {}
-    for target, value in _top_level_assignments(statements):
+    for _, target, value in top_level_assignments(statements):
         base = address_base(value)
         if base is not None:
             roots[target] = roots.get(base, base)
@@ -93,18 +84,8 @@ def _derived_from(statements: list[cst.BaseStatement]) -> dict[str, str]:
 def _arange_names(statements: list[cst.BaseStatement]) -> dict[str, cst.BaseExpression]:
     """Names the kernel's top level binds to ``tl.arange(0, width)`` (possibly broadcast, ``[None, :]``),
     with their width: Inductor's ``r0_base``."""
-    widths = ((target, _arange_width(value)) for target, value in _top_level_assignments(statements))
+    widths = ((target, arange_width(value)) for _, target, value in top_level_assignments(statements))
     return {target: width for target, width in widths if width is not None}
-
-
-def _arange_width(node: cst.BaseExpression) -> cst.BaseExpression | None:
-    while isinstance(node, cst.Subscript):
-        node = node.value
-    if is_tl_call(node, "arange") and len(node.args) == 2:  # type: ignore[union-attr]
-        start, width = node.args[0].value, node.args[1].value  # type: ignore[union-attr]
-        if isinstance(start, cst.Integer) and int(start.evaluated_value) == 0:
-            return width
-    return None
 
 
 def _reversible(
@@ -191,7 +172,7 @@ class _Blocks:
         return name_of(node) in self.loop_names
 
     def _is_arange(self, node: cst.BaseExpression) -> bool:
-        width = _arange_width(node)
+        width = arange_width(node)
         if width is None:
             base = node
             while isinstance(base, cst.Subscript):

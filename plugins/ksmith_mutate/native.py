@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from ksmith_mutate.source_model import dotted_name, keyword_value
+from ksmith_mutate.source_model import dotted_name, keyword_value, with_keyword
 
 NATIVE_KINDS = ("native_block", "native_grid", "native_unroll", "native_fast_math")
 UNROLL_LADDER = (1, 2, 4, 8, 16)
@@ -445,8 +445,6 @@ def _unroll(
 
 
 def _fast_math_changes(call: cst.Call) -> Iterator[NativeChange]:
-    from ksmith_mutate.edits import with_keyword  # edits imports this module
-
     positional = [a for a in call.args if a.keyword is None]
     if keyword_value(call, "cuda_sources") is None and len(positional) < 3:
         return  # a C++-only extension: nvcc does not build it

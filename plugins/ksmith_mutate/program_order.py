@@ -31,6 +31,7 @@ from ksmith_mutate.source_model import (
     SourceModel,
     address_base,
     address_bases,
+    arange_width,
     assigned_values,
     fresh_name,
     grouped,
@@ -41,6 +42,7 @@ from ksmith_mutate.source_model import (
     pointer_arg,
     read_names,
     same_code,
+    top_level_assignments,
     walk,
 )
 
@@ -101,17 +103,6 @@ def _is_program_id(node: cst.BaseExpression) -> bool:
     return isinstance(axis, cst.Integer) and int(axis.evaluated_value) == 0
 
 
-def _top_level(kernel: KernelDef) -> Iterator[tuple[cst.SimpleStatementLine, str, cst.BaseExpression]]:
-    """(line, name, value) of each one-target ``name = value`` line at the kernel's top level."""
-    for line in kernel.node.body.body:
-        if isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1:
-            statement = line.body[0]
-            if isinstance(statement, cst.Assign) and len(statement.targets) == 1:
-                target = name_of(statement.targets[0].target)
-                if target is not None:
-                    yield line, target, statement.value
-
-
 def _rows_and_columns(kernel: KernelDef, helpers: set[str]):
     """(line, pid, block, N, R, shared loads) where the kernel has the recognised shape, else None.
 
@@ -127,7 +118,7 @@ def _rows_and_columns(kernel: KernelDef, helpers: set[str]):
         return None
     assigned = assigned_values(body)
     once = {name for name, values in assigned.items() if len(values) == 1}
-    lines = list(_top_level(kernel))
+    lines = list(top_level_assignments(list(body.body)))
     values = {name: value for _, name, value in lines if name in once}
 
     # The program id and the block: ``offset = tl.program_id(0) * BLOCK``, or ``pid = tl.program_id(0)``
@@ -140,8 +131,8 @@ def _rows_and_columns(kernel: KernelDef, helpers: set[str]):
         ),
         None,
     )
-    if found is None or found[1] not in once:
-        return None
+    if found is None or found[1] not in once or len(found[0].body) != 1:
+        return None  # the line is replaced whole: one statement on it
     line, first, value = found
     if _is_program_id(value):
         pid, scaled = first, None
@@ -219,15 +210,8 @@ def _start_plus_arange(value: cst.BaseExpression) -> tuple[cst.BaseExpression, c
     """(start, width) of ``start + tl.arange(0, width)``, the arange possibly indexed (``[:]``)."""
     if not (isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Add)):
         return None
-    arange = value.right
-    while isinstance(arange, cst.Subscript):
-        arange = arange.value
-    if not (is_tl_call(arange, "arange") and len(arange.args) == 2):  # type: ignore[attr-defined]
-        return None
-    zero, width = (arg.value for arg in arange.args)  # type: ignore[attr-defined]
-    if not (isinstance(zero, cst.Integer) and int(zero.evaluated_value) == 0):
-        return None
-    return value.left, width
+    width = arange_width(value.right)
+    return None if width is None else (value.left, width)
 
 
 def _modulo_of(value: cst.BaseExpression, index: str) -> int | None:

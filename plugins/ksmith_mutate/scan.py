@@ -56,6 +56,7 @@ from ksmith_mutate.source_model import (
     reads_and_writes,
     simple_statements,
     walk,
+    with_keyword,
 )
 
 Pairs = list[tuple[cst.CSTNode, cst.CSTNode]]
@@ -251,27 +252,18 @@ class _Vectorise(cst.CSTTransformer):
             return updated_node
         load = is_tl_call(original_node, "load")
         positional = [arg for arg in updated_node.args if arg.keyword is None]
-        mask_position = 1 if load else 2
-        args = list(updated_node.args)
         mask = cst.parse_expression(self.mask)
-        if len(positional) > mask_position:  # the mask passed by position
-            index = args.index(positional[mask_position])
-            args[index] = args[index].with_changes(value=_and(args[index].value, mask))
-        elif keyword_value(updated_node, "mask") is not None:
-            args = [
-                a.with_changes(value=_and(a.value, mask)) if a.keyword and a.keyword.value == "mask" else a
-                for a in args
-            ]
+        call = updated_node
+        if len(positional) > (1 if load else 2):  # the mask passed by position
+            given = positional[1 if load else 2]
+            args = [a.with_changes(value=_and(a.value, mask)) if a is given else a for a in call.args]
+            call = call.with_changes(args=args)
         else:
-            args.append(cst.Arg(value=mask, keyword=cst.Name("mask"), equal=_TIGHT))
-        if load and len(positional) <= 2 and keyword_value(updated_node, "other") is None:
-            args.append(cst.Arg(value=cst.Integer("0"), keyword=cst.Name("other"), equal=_TIGHT))
-        return updated_node.with_changes(args=_commas(args))
-
-
-_TIGHT = cst.AssignEqual(
-    whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")
-)
+            given = keyword_value(call, "mask")
+            call = with_keyword(call, "mask", mask if given is None else _and(given, mask))
+        if load and len(positional) <= 2 and keyword_value(call, "other") is None:
+            call = with_keyword(call, "other", cst.Integer("0"))
+        return call
 
 
 def _and(existing: cst.BaseExpression, mask: cst.BaseExpression) -> cst.BaseExpression:
@@ -279,15 +271,6 @@ def _and(existing: cst.BaseExpression, mask: cst.BaseExpression) -> cst.BaseExpr
     if isinstance(existing, cst.Name) and existing.value == "None":
         return mask
     return cst.parse_expression(f"({code(existing)}) & {code(mask)}")
-
-
-def _commas(args: list[cst.Arg]) -> list[cst.Arg]:
-    """Arguments separated by ", " (an appended one gets its comma; the last keeps what it had, if any)."""
-    comma = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
-    fixed = [a.with_changes(comma=comma) if i < len(args) - 1 else a for i, a in enumerate(args)]
-    if fixed and isinstance(fixed[-1].comma, cst.Comma):
-        fixed[-1] = fixed[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
-    return fixed
 
 
 def _blocked(function, loop, stop, statements, acc, update, step, first) -> cst.For:

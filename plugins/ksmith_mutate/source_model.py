@@ -118,6 +118,60 @@ def walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
         yield from walk(child)
 
 
+def top_level_assignments(
+    statements: list[cst.BaseStatement],
+) -> Iterator[tuple[cst.SimpleStatementLine, str, cst.BaseExpression]]:
+    """(line, name, value) of each one-target ``name = value`` among ``statements`` (a kernel's top level),
+    in order."""
+    for line in statements:
+        if isinstance(line, cst.SimpleStatementLine):
+            for small in line.body:
+                if isinstance(small, cst.Assign) and len(small.targets) == 1:
+                    target = name_of(small.targets[0].target)
+                    if target is not None:
+                        yield line, target, small.value
+
+
+def arange_width(node: cst.BaseExpression) -> cst.BaseExpression | None:
+    """``width`` of ``tl.arange(0, width)``, indexed or not (``tl.arange(0, XBLOCK)[:, None]``)."""
+    while isinstance(node, cst.Subscript):
+        node = node.value
+    if is_tl_call(node, "arange") and len(node.args) == 2:  # type: ignore[union-attr]
+        start, width = node.args[0].value, node.args[1].value  # type: ignore[union-attr]
+        if isinstance(start, cst.Integer) and int(start.evaluated_value) == 0:
+            return width
+    return None
+
+
+def tight_equal() -> cst.AssignEqual:
+    return cst.AssignEqual(
+        whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")
+    )
+
+
+def with_keyword(call: cst.Call, name: str, value: cst.BaseExpression) -> cst.Call:
+    """``call`` with keyword ``name`` set to ``value``: replaced in place, or appended keeping the layout."""
+    args = list(call.args)
+    for i, arg in enumerate(args):
+        if arg.keyword is not None and arg.keyword.value == name:
+            args[i] = arg.with_changes(value=value)
+            return call.with_changes(args=args)
+    new_arg = cst.Arg(value=value, keyword=cst.Name(name), equal=tight_equal())
+    if args and isinstance(args[-1].comma, cst.Comma):
+        # A trailing comma owns the whitespace before ")": hand it to the new last argument, and give the
+        # old last argument the separator its neighbours use (a newline and indent in a multi-line call).
+        last = args[-1]
+        new_arg = new_arg.with_changes(comma=last.comma)
+        separator = (
+            args[-2].comma
+            if len(args) >= 2 and isinstance(args[-2].comma, cst.Comma)
+            else cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+        )
+        args[-1] = last.with_changes(comma=separator)
+    args.append(new_arg)
+    return call.with_changes(args=args)
+
+
 def name_of(node: cst.CSTNode) -> str | None:
     """``x`` for the name ``x``; None for anything else."""
     return node.value if isinstance(node, cst.Name) else None

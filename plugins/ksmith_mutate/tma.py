@@ -40,6 +40,7 @@ from ksmith_mutate.source_model import (
     dotted_name,
     is_tl_call,
     keyword_value,
+    with_keyword,
 )
 
 ALLOCATOR_SOURCE = """
@@ -440,7 +441,6 @@ def _launch_argument(site: LaunchSite, kernel: KernelDef, param: str) -> cst.Bas
 
 def tma_change(model: SourceModel) -> Iterator[tuple[str, list[tuple[cst.CSTNode, cst.CSTNode]]]]:
     """One rewrite per kernel that matches: (description, node replacements)."""
-    from ksmith_mutate.edits import with_keyword
 
     # Helpers the module lacks, put before each rewritten kernel: every change is applied alone.
     code = model.module.code
