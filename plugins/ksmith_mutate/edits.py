@@ -48,6 +48,7 @@ from ksmith_mutate.source_model import (
 )
 from ksmith_mutate.split_k import split_k_changes, split_k_steps
 from ksmith_mutate.tma import tma_change
+from ksmith_mutate.whole_row import whole_row_changes
 
 # The edit kinds, in a fixed order so that choices made with a seeded generator are reproducible.
 EDIT_KINDS = (
@@ -62,6 +63,7 @@ EDIT_KINDS = (
     "flip_fold",
     "broadcast_reuse",
     "vector_scan",
+    "whole_row",
     "block_size",
     "dot_tile",
     "group_m",
@@ -301,6 +303,8 @@ def _all_changes(model: SourceModel, limits: Limits) -> Iterator[_Change]:
         yield _change("broadcast_reuse", description, pairs, detail=detail)
     for description, pairs, detail in vector_scan_changes(model):
         yield _change("vector_scan", description, pairs, detail=detail)
+    for description, pairs, detail in whole_row_changes(model):
+        yield _change("whole_row", description, pairs, detail=detail)
     for kind, description, pairs, detail in attention_changes(model, limits.num_warps):
         yield _change(kind, description, pairs, safer=detail["direction"] == "down", detail=detail)
     for site in model.launches:

@@ -60,6 +60,12 @@ Edit kinds (the arms of the bandit):
     read after it, every store addressed by the loop variable, nothing stored also loaded, and no call but
     loads, stores, ``.to`` and elementwise ``tl`` functions (:mod:`ksmith_mutate.scan`). Tried with the
     memory-structure kinds far below a memory roofline.
+``whole_row``
+    Two or more passes of a kernel over one row in blocks (a norm's sums, then its output) get a first branch
+    for rows that fit one block: each pass's single iteration written out in a straight line, so the passes
+    share one load of the row, as Inductor's persistent reductions do; the launch's block grows to cover rows
+    of up to 8192 elements. Longer rows keep the loops (:mod:`ksmith_mutate.whole_row`). Tried first, after
+    ``flip_fold``, far below a memory roofline.
 ``block_size``
     A literal ``BLOCK_SIZE`` / ``BLOCK_*`` constexpr at a launch site of a kernel without ``tl.dot``, doubled
     or halved, staying a power of two in 16..8192 for one-dimensional blocks (1..8192 per axis, at most 65536
@@ -201,7 +207,7 @@ STRUCTURAL_FIRST = (
 # from its last block re-reads what L2 still holds; the rows of one block of a shared operand side by side read
 # it once (docs/benchmarks.md §6f); a running sum a block at a time instead of one element per memory latency
 # (§7b).
-MEMORY_STRUCTURAL_FIRST = ("flip_fold", "loop_reverse", "broadcast_reuse", "vector_scan")
+MEMORY_STRUCTURAL_FIRST = ("flip_fold", "whole_row", "loop_reverse", "broadcast_reuse", "vector_scan")
 
 __all__ = ["MUTATE", "NAME", "best_working_ancestor", "ksmith_register_proposers", "launch_config", "propose"]
 
