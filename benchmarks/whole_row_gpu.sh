@@ -1,0 +1,17 @@
+set -u
+python -m pip install -q --no-deps --target /tmp/site .whl/*.whl 2>/dev/null; export PYTHONPATH=/tmp/site
+python -m pip install -q --no-deps --no-build-isolation -e . > /dev/null 2>&1
+mkdir -p /tmp/wr
+P=plugins/ksmith_problems/problems
+for p in normalization/rmsnorm normalization/layernorm softmax/online_softmax reduction/l2_norm; do
+  n=$(basename $p)
+  python -c "
+import sys; from pathlib import Path; from ksmith_mutate.edits import possible_edits
+(e,)=[e for e in possible_edits(Path('$P/$p.seed.py').read_text(), ('whole_row',))]
+Path('/tmp/wr/$n.py').write_text(e.source)"
+  for c in seed whole_row; do
+    f=$P/$p.seed.py; [ $c = whole_row ] && f=/tmp/wr/$n.py
+    timeout 120 ksmith eval $P/$p.py $f --device cuda --json > $OUT/eval_${n}_$c.json 2>/dev/null
+    python -c "import json;v=json.load(open('$OUT/eval_${n}_$c.json'));print('$n','$c',v['status'],round(v['runtime_ms'],4),'x_compile',round(v['speedup_vs_compile'],3),'roof',v.get('roofline_fraction'))"
+  done
+done
