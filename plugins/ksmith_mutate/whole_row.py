@@ -27,8 +27,8 @@ only where that holds as written: two or more top-level loops of the kernel from
 same constexpr step, bodies of simple statements (no nested loop, ``if``, ``break`` or ``continue``) that do
 not assign the loop variable, only simple statements between them, and no name a loop body alone assigns read
 after the loops (Triton keeps such a name inside the loop; the straight-line branch would not). The bound must
-be a kernel parameter the launch passes, the step a constexpr the launch passes as an integer literal, and the
-module must import ``triton``.
+be a kernel parameter the launch passes, the step a constexpr the launch passes as an integer literal and its
+grid does not read, and the module must import ``triton``.
 """
 
 from __future__ import annotations
@@ -74,6 +74,8 @@ def whole_row_changes(model: SourceModel) -> Iterator[tuple[str, Pairs, dict]]:
         bound = _launch_argument(site, kernel, stop)
         if block is None or not isinstance(block.value, cst.Integer) or bound is None:
             continue
+        if any(step in cst.Module([]).code_for_node(g) for g in site.grid_exprs):
+            continue  # a grid sized by the block would change with it
         statements = list(kernel.node.body.body)
         rewritten = _with_fast_path(statements, first, last, stop, step)
         body = kernel.node.body.with_changes(body=rewritten)

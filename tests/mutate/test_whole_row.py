@@ -117,6 +117,10 @@ def test_the_minimal_kernel_is_offered():
         ("a break", _kernel(body="break")),
         ("the block is not a literal at the launch", _kernel(block="max(1024, x.shape[1])")),
         ("the module does not import triton", _kernel(imports=False)),
+        (
+            "the grid reads the block",
+            _kernel().replace("_k[(x.shape[0],)]", "_k[lambda meta: (x.shape[0] * meta['BLOCK'] // 1024,)]"),
+        ),
     ],
 )
 def test_kernels_the_straight_line_would_change_are_left_alone(why, source):
