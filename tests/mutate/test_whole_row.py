@@ -12,7 +12,7 @@ import pytest
 from ksmith_mutate.edits import possible_edits
 from ksmith_mutate.whole_row import MAX_BLOCK
 
-from .conftest import KernelChecker
+from .conftest import KernelChecker, seed_source
 
 PROBLEMS = Path(__file__).resolve().parents[2] / "plugins" / "ksmith_problems" / "problems"
 
@@ -47,6 +47,16 @@ def test_passes_read_the_row_once_and_compute_the_same(tmp_path, group, name, pa
     assert "triton.next_power_of_2(n_cols)), 8192)" in edit.source
     assert checker.max_error(edit.source) < 1e-5
     assert not _whole_row(edit.source), "an edited kernel is not offered again"
+
+
+def test_inductors_looped_reduction_reads_its_row_once(tmp_path):
+    """Inductor's own looped reduction (an L1 norm: the sum of |x|, then x divided by it) gets the edit too."""
+    checker = KernelChecker("l1norm_looped", tmp_path)
+    (edit,) = _whole_row(seed_source("l1norm_looped"))
+    assert "R0_BLOCK=min(max(32, triton.next_power_of_2(cols)), 8192)" in edit.source
+    assert checker.max_error(edit.source) < 1e-5
+    checker.problem.dim = MAX_BLOCK + 5  # longer than the largest block: the loops, with larger blocks
+    assert checker.max_error(edit.source) < 1e-5
 
 
 def test_a_broken_fast_path_is_caught(tmp_path):
