@@ -74,6 +74,8 @@ def whole_row_changes(model: SourceModel) -> Iterator[tuple[str, Pairs, dict]]:
         bound = _launch_argument(site, kernel, stop)
         if block is None or not isinstance(block.value, cst.Integer) or bound is None:
             continue
+        if isinstance(bound, cst.Integer) and int(bound.evaluated_value) > MAX_BLOCK:
+            continue  # a literal row longer than any block the edit asks for: the branch would never run
         if any(step in cst.Module([]).code_for_node(g) for g in site.grid_exprs):
             continue  # a grid sized by the block would change with it
         statements = list(kernel.node.body.body)

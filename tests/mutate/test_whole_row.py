@@ -128,6 +128,10 @@ def test_the_minimal_kernel_is_offered():
         ("the block is not a literal at the launch", _kernel(block="max(1024, x.shape[1])")),
         ("the module does not import triton", _kernel(imports=False)),
         (
+            "a literal row longer than the largest block",
+            _kernel().replace("x, out, x.shape[1],", "x, out, 65535,"),
+        ),
+        (
             "the grid reads the block",
             _kernel().replace("_k[(x.shape[0],)]", "_k[lambda meta: (x.shape[0] * meta['BLOCK'] // 1024,)]"),
         ),
