@@ -9,11 +9,7 @@
 # Where dependency wheels were carried in .whl/ (a machine without network), they are installed first.
 set -u
 cd "$(dirname "$0")/.."
-if [ -d .whl ]; then
-  python -m pip install -q --no-deps --target /tmp/site .whl/*.whl
-  export PYTHONPATH=/tmp/site
-  python -m pip install -q --no-deps --no-build-isolation -e . > /dev/null 2>&1
-fi
+. benchmarks/device_setup.sh
 OUT=${OUT:-$PWD/attention_edits_out}
 P=plugins/ksmith_problems/problems/attention
 mkdir -p "$OUT"

@@ -14,11 +14,7 @@
 # were carried in .whl/ (a machine without network), they are installed first.
 set -u
 cd "$(dirname "$0")/.."
-if [ -d .whl ]; then
-  python -m pip install -q --no-deps --target /tmp/site .whl/*.whl
-  export PYTHONPATH=/tmp/site
-  python -m pip install -q --no-deps --no-build-isolation -e . > /dev/null 2>&1
-fi
+. benchmarks/device_setup.sh
 WORK=${WORK:-$PWD/memory_structure_out}
 mkdir -p "$WORK"
 { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader

@@ -9,11 +9,7 @@
 # were carried in .whl/ (a machine without network), they are installed first.
 set -u
 cd "$(dirname "$0")/.."
-if [ -d .whl ]; then
-  python -m pip install -q --no-deps --target /tmp/site .whl/*.whl
-  export PYTHONPATH=/tmp/site
-  python -m pip install -q --no-deps --no-build-isolation -e . > /dev/null 2>&1
-fi
+. benchmarks/device_setup.sh
 OUT=${OUT:-$PWD/split_k_out}
 mkdir -p "$OUT" /tmp/sk
 P=$(realpath "${KERNELBENCH:-.carry/kernelbench}/level1/6_Matmul_with_large_K_dimension_.py")

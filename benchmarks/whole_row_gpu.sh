@@ -3,8 +3,8 @@
 # `ksmith eval --json` each into $OUT (docs/benchmarks.md section 4c). ROWS="" skips them; VARIANTS=1 adds the
 # online-softmax variants of benchmarks/whole_row_variants.py.
 set -u
-python -m pip install -q --no-deps --target /tmp/site .whl/*.whl 2>/dev/null; export PYTHONPATH=/tmp/site
-python -m pip install -q --no-deps --no-build-isolation -e . > /dev/null 2>&1
+cd "$(dirname "$0")/.."
+. benchmarks/device_setup.sh
 mkdir -p /tmp/wr
 P=plugins/ksmith_problems/problems
 for p in ${ROWS-normalization/rmsnorm normalization/layernorm softmax/online_softmax reduction/l2_norm}; do

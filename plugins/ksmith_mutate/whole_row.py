@@ -48,7 +48,7 @@ from ksmith_mutate.source_model import (
     walk,
     with_keyword,
 )
-from ksmith_mutate.tma import _launch_argument
+from ksmith_mutate.tma import _code, _launch_argument
 
 Pairs = list[tuple[cst.CSTNode, cst.CSTNode]]
 
@@ -76,12 +76,12 @@ def whole_row_changes(model: SourceModel) -> Iterator[tuple[str, Pairs, dict]]:
             continue
         if isinstance(bound, cst.Integer) and int(bound.evaluated_value) > MAX_BLOCK:
             continue  # a literal row longer than any block the edit asks for: the branch would never run
-        if any(step in cst.Module([]).code_for_node(g) for g in site.grid_exprs):
+        if any(step in _code(g) for g in site.grid_exprs):
             continue  # a grid sized by the block would change with it
         statements = list(kernel.node.body.body)
         rewritten = _with_fast_path(statements, first, last, stop, step)
         body = kernel.node.body.with_changes(body=rewritten)
-        bound_code = cst.Module([]).code_for_node(bound)
+        bound_code = _code(bound)
         value = cst.parse_expression(
             f"min(max({block.value.value}, triton.next_power_of_2({bound_code})), {MAX_BLOCK})"
         )
