@@ -6,7 +6,8 @@ Three measurements:
     spread = max/min - 1 of the reported median runtimes (target <= 1 %).
 (b) throughput -- evaluations per minute per GPU on L1-size problems: an evolution's workload (each problem's
     seed and single edits of it, every kernel compiled afresh) evaluated concurrently, after one warm pass
-    that fills the reference cache (target >= 60 per minute per GPU).
+    that fills the reference cache (target >= 60 per minute per GPU), with the GPU lock's timeline over it
+    (``ksmith_triton/locktrace.py``; every hold is traced to ``OUT.locks.jsonl``).
 (c) references -- ksmith's eager and torch.compile medians for every problem beside plain
     ``triton.testing.do_bench`` of the same eager reference.
 
@@ -24,9 +25,13 @@ import os
 import statistics
 import sys
 import tempfile
+import textwrap
 import time
 from pathlib import Path
 from typing import Any
+
+from ksmith_triton.locks import LOCK_TRACE_ENV
+from ksmith_triton.locktrace import read_trace, render, summarise
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -162,10 +167,10 @@ def throughput(
         warm_seconds = time.monotonic() - started
         os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="ksmith-bench-triton-")
         judge((load_problem(CASES / "scale_add.py"), load_candidate(CASES / "scale_add_ok.py")))
-        started = time.monotonic()
+        started, wall_started = time.monotonic(), time.time()
         spawned, forked = POOL.spawned, POOL.forked
         verdicts = list(pool.map(judge, work))
-        seconds = time.monotonic() - started
+        seconds, wall_ended = time.monotonic() - started, time.time()
         spawned, forked = POOL.spawned - spawned, POOL.forked - forked
     # Isolation: the seeds were timed above while seven other evaluations ran; time them again one at a time.
     # If other evaluations' GPU work leaked into timed loops, the loaded runtimes would be the slower ones.
@@ -190,7 +195,14 @@ def throughput(
         statuses[verdict.status.value] = statuses.get(verdict.status.value, 0) + 1
     phases = median_details(verdicts, "phases")
     steps = median_details(verdicts, "worker_steps")
+    loops = [v.details.get("timing", {}).get("loop_ms") or {} for v in verdicts]
+    loop_ms = {
+        part: statistics.median(loop[part] for loop in loops if part in loop)
+        for part in dict.fromkeys(k for loop in loops for k in loop)
+    }
     per_minute = len(verdicts) / seconds * 60.0
+    trace = os.environ.get(LOCK_TRACE_ENV)
+    gpu_lock = summarise(read_trace(Path(trace)), wall_started, wall_ended) if trace else None
     return {
         "evaluations": len(verdicts),
         "problems": [p.name for p, _ in pairs],
@@ -205,10 +217,14 @@ def throughput(
         "statuses": statuses,
         "median_phase_seconds": phases,
         "median_worker_step_seconds": steps,
+        # Inside the candidate's timed loop (the exclusive lock): ms per part, median over evaluations.
+        "median_timing_loop_ms": loop_ms,
         "median_eval_seconds": statistics.median(v.eval_seconds or 0.0 for v in verdicts),
         # candidate workers started during the measured pass, and how many of them were forked (forkserver.py)
         "workers_started": spawned,
         "workers_forked": forked,
+        # The GPU lock's timeline over the measured pass (ksmith_triton/locktrace.py): what runs one at a time.
+        "gpu_lock": gpu_lock,
         "isolation": isolation,
         "max_isolation_difference": max((abs(r["difference"]) for r in isolation), default=None),
         "per_evaluation": [
@@ -323,6 +339,8 @@ def main(argv: list[str] | None = None) -> int:
     from ksmith_triton import PROTOCOL_VERSION
     from ksmith_triton.locks import visible_gpu_count
 
+    # Every process of the run appends its holds of the GPU's lock here (workers inherit the variable).
+    os.environ.setdefault(LOCK_TRACE_ENV, str(args.out.with_suffix(".locks.jsonl").resolve()))
     device = args.device or default_device()
     cache_dir = tempfile.mkdtemp(
         prefix="ksmith-bench-cache-"
@@ -375,6 +393,9 @@ def main(argv: list[str] | None = None) -> int:
             )
             exposed = sum(e["timing"].get("exposed_calls", 0) for e in t["per_evaluation"] if e["timing"])
             print(f"    timed calls launched slower than their spin (all evaluations): {exposed}")
+            print(f"    timed loop, median ms per part: {t['median_timing_loop_ms']}")
+            if t["gpu_lock"]:
+                print(textwrap.indent(render(t["gpu_lock"]), "    "))
             for row in t["isolation"]:
                 print(
                     f"    isolation {row['problem']:<16} under load {row['under_load_ms']:.4f} ms, "

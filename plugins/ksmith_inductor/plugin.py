@@ -70,7 +70,7 @@ def _seed(problem, device: str, size: str, templates: str) -> Proposal:
     try:
         # Inductor runs and autotunes on the GPU (max-autotune benchmarks its templates for a minute): it holds
         # the GPU's lock shared, so no evaluation's timed loop runs beside that load.
-        with shared_gpu_lock(device, physical_gpu(0)):
+        with shared_gpu_lock(device, physical_gpu(0), "inductor seed"):
             proc = subprocess.run(
                 [sys.executable, "-m", "ksmith_inductor.seeding", str(problem.path), device, size, templates],
                 capture_output=True,

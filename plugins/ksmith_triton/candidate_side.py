@@ -89,21 +89,24 @@ def warm_up(device: str | None) -> None:
     the guards' dispatch mode (see ``warmkernel.py``)."""
     import time
 
-    import torch
+    import torch  # noqa: F401
     import triton  # noqa: F401
 
     from ksmith_triton import guards, timing  # noqa: F401
-    from ksmith_triton.warmkernel import run_warm_kernel
+    from ksmith_triton.warmkernel import prepare_warm_kernel, run_warm_kernel
 
     STEPS["started"] = time.monotonic()
     import_launch_path()
     from ksmith_triton.locks import GpuLockTimeout, WorkerSharedHold
 
     try:
-        with WorkerSharedHold(device):  # a CUDA context and a kernel: GPU work that must not overlap a timing
-            if device == "cuda":
-                torch.cuda.init()
-            if device in ("cuda", "cpu"):
+        if device in ("cuda", "cpu"):
+            # The CUDA context and the warm-up kernel's compilation: seconds of host work on a busy machine, and
+            # no kernel on the GPU. Under the lock, every timer that came meanwhile waited for them (half of a
+            # 16-way evaluation's time, docs/benchmarks.md section 1b); outside it, they overlap timing.
+            prepare_warm_kernel(device, lambda name: STEPS.__setitem__(name, time.monotonic()))
+            # The kernel itself is GPU work, which must not overlap a timing.
+            with WorkerSharedHold(device, "spare warm-up"):
                 run_warm_kernel(device)
     except GpuLockTimeout:
         pass  # left cold; the job's own hold waits again and reports a GPU that stays busy
@@ -127,7 +130,7 @@ def run_candidate(channel: Channel, job: dict[str, Any]) -> int:
     # Inputs, the model's weights and the first (compiling) call use the GPU before the driver asks for
     # anything: held shared until the first call is done, so none of it overlaps another candidate's timing.
     try:
-        hold = WorkerSharedHold(job["device"])
+        hold = WorkerSharedHold(job["device"], "candidate first call")
     except (GpuLockTimeout, OSError) as exc:  # not the candidate's doing: no candidate code has run
         channel.send(
             "error",
@@ -503,6 +506,8 @@ def run_trials_and_timing(
     if command.get("op") != "time":
         return 0
     SHARED_OUTPUTS.clear()  # compared: the reference process has let go of them
+    perf = timers["perf_counter"]  # captured before the candidate loaded
+    clock = perf()  # the driver holds the GPU's exclusive lock from here to the report
     try:
         with resource_limits(device, "making the timing inputs"):
             timing_sets = timing_inputs.made()
@@ -510,8 +515,16 @@ def run_trials_and_timing(
         channel.send("error", status="setup_error", reason=str(exc), error=format_error(exc))
         return 0
     check = TimedCallCheck(
-        channel, timers["urandom"], out_dir, share_cuda, int(command["trials"]), guards, hooks_before
+        channel,
+        timers["urandom"],
+        out_dir,
+        share_cuda,
+        int(command["trials"]),
+        guards,
+        hooks_before,
+        device,
     )
+    before_ms = (perf() - clock) * 1e3
     try:
         timed = time_candidate(guards, model, problem, timing_sets, timers, command, device, check)
     except (OutputError, CheckRefused) as exc:
@@ -521,7 +534,6 @@ def run_trials_and_timing(
         return report_forward_error(channel, guards, exc, "timing")
     del timing_sets
     timing_inputs.clear()
-    release_cached_memory(device)  # the reference checks the timed calls beside this process next
     changed = guards.tampered()
     if changed:
         channel.send(
@@ -536,16 +548,24 @@ def run_trials_and_timing(
     if violations:
         channel.send("error", status="rejected", reasons=violations)
         return 0
+    after_ms = (perf() - clock) * 1e3 - before_ms - sum(timed.loop_ms.values())
     channel.send(
         "timing",
         calls=len(timed.samples_ms),
         warmup=timed.warmup,
         prequeue_ms=timed.prequeue_ms,
         exposed_calls=timed.exposed,
+        loop_ms={"before": round(before_ms, 2), **timed.loop_ms, "after": round(after_ms, 2)},
         full_checks=check.full,
         full_checks_skipped=check.full_skipped,
         peak_bytes=peak_memory_bytes(device),
     )
+    # The driver let go of the exclusive lock on that report. What is left takes the CUDA driver's own locks
+    # (sharing the kept outputs, giving memory back), which another process's new CUDA context holds for a
+    # tenth of a second at a time: inside the timed window it made timing hold the GPU half again as long.
+    outputs = check.export()
+    release_cached_memory(device)  # the reference checks the timed calls beside this process next
+    channel.send("full_outputs", outputs=outputs)
     read_command()
     return 0
 
@@ -559,8 +579,9 @@ class TimedCallCheck:
 
     Samples of every output at positions drawn only now (``urandom``, captured before the candidate loaded)
     go to the driver at once with the call's times, so they are out of this process before the candidate runs
-    again; now and then (and on the last call if never before) the whole outputs are kept for a full
-    comparison, decided the same way. Which calls are looked at, and how, cannot be known during a call.
+    again; now and then (and on the last call if never before) the whole outputs are copied for a full
+    comparison, decided the same way (the call's report says ``full``). Which calls are looked at, and how,
+    cannot be known during a call. The copies are handed over after the timing (``export``).
     """
 
     FULL_CHECKS_PER_RUN = 3  # expected full comparisons per timing run
@@ -574,6 +595,7 @@ class TimedCallCheck:
         trials: int,
         guards: Any = None,
         hooks_before: dict[str, Any] | None = None,
+        device: str = "cpu",
     ) -> None:
         self.channel, self.urandom, self.out_dir, self.share_cuda = channel, urandom, out_dir, share_cuda
         self.guards, self.hooks_before = guards, hooks_before
@@ -582,18 +604,26 @@ class TimedCallCheck:
         self.full: list[int] = []
         self.full_skipped = 0  # full checks drawn but left out: their copy would not fit (``_copy_fits``)
         self.input_seed: int | None = None  # the seed of the last fresh inputs made
+        self.kept: list[tuple[int, str, list[Any]]] = []  # (call, structure, copies) for the full checks
+        self.kept_bytes = 0
+        # Read once, before the first call: asking the driver for free memory inside the timed loop can wait
+        # behind another process's new CUDA context.
+        self.free_bytes: int | None = None
+        if device == "cuda":
+            import torch
+
+            self.free_bytes = int(torch.cuda.mem_get_info()[0])
 
     def _draw(self) -> int:
         return int.from_bytes(self.urandom(8), "little") >> 1
 
     def _copy_fits(self, tensors: list[Any]) -> bool:
-        """A full check keeps a copy of the call's outputs on the GPU until the timing ends: only while it takes
-        at most half the free memory (outputs of gigabytes: fewer calls fully checked, every call sampled)."""
-        if not self.share_cuda:
+        """A full check keeps a copy of the call's outputs on the GPU until the timing ends: only while all the
+        copies take at most half the memory free before the first call (outputs of gigabytes: fewer calls
+        fully checked, every call sampled)."""
+        if self.free_bytes is None:
             return True
-        import torch
-
-        fits = tensor_bytes(tensors) <= int(torch.cuda.mem_get_info()[0]) // 2
+        fits = self.kept_bytes + tensor_bytes(tensors) <= self.free_bytes // 2
         self.full_skipped += 0 if fits else 1
         return fits
 
@@ -642,10 +672,23 @@ class TimedCallCheck:
         # GPU then fails as an out-of-memory, not as a forged report).
         if (drawn and self._copy_fits(tensors)) or (last and not self.full):
             self.full.append(index)
-            message["outputs"] = save_outputs(
-                self.out_dir, f"timed_{index}", structure, tensors, self.share_cuda
-            )["outputs"]
+            # A copy of its own: later calls may reuse the candidate's buffers (or return views of the inputs).
+            copies = [t.detach().clone(memory_format=torch.contiguous_format) for t in tensors]
+            self.kept.append((index, structure, copies))
+            self.kept_bytes += tensor_bytes(copies)
+            message["full"] = True
         self.channel.send("call", **message)
+
+    def export(self) -> dict[str, list[dict[str, Any]]]:
+        """The kept copies, described for the reader (``save_outputs``), by call index."""
+        described = {
+            str(index): save_outputs(
+                self.out_dir, f"timed_{index}", structure, copies, self.share_cuda, copied=True
+            )["outputs"]
+            for index, structure, copies in self.kept
+        }
+        self.kept = []
+        return described
 
 
 def release_cached_memory(device: str) -> None:
@@ -738,11 +781,17 @@ SHARED_OUTPUTS: list[Any] = []
 
 
 def save_outputs(
-    out_dir: Path, stem: str, structure: str, tensors: list[Any], share_cuda: bool = False
+    out_dir: Path,
+    stem: str,
+    structure: str,
+    tensors: list[Any],
+    share_cuda: bool = False,
+    copied: bool = False,
 ) -> dict[str, Any]:
-    """Describe each output for the reader: GPU tensors as CUDA IPC handles when ``share_cuda`` (nothing is
-    copied; the reference process maps the memory), anything else as its raw bytes in a file of its own (a
-    plain copy, no pickling)."""
+    """Describe each output for the reader: GPU tensors as CUDA IPC handles when ``share_cuda`` (the reference
+    process maps the memory of a copy made here, or of the tensor itself when it is already a contiguous copy
+    of the harness's own, ``copied``), anything else as its raw bytes in a file of its own (a plain copy, no
+    pickling)."""
     import base64
 
     import torch
@@ -753,7 +802,7 @@ def save_outputs(
         if share_cuda and tensor.is_cuda and tensor.numel() > 0:
             # A copy of its own: the reference reads it after later trials, which may reuse the candidate's
             # buffers (or return views of the staged inputs).
-            data = tensor.detach().clone(memory_format=torch.contiguous_format)
+            data = tensor.detach() if copied else tensor.detach().clone(memory_format=torch.contiguous_format)
             device, handle, size, offset, counter, counter_offset, event, event_sync = (
                 data.untyped_storage()._share_cuda_()
             )

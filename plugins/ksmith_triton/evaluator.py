@@ -35,6 +35,7 @@ import os
 import secrets
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
@@ -159,8 +160,19 @@ class ReferenceWorker:
             f"the reference Model of problem {self.problem.name} failed while {what}: {detail}\n{tail}".strip()
         )
 
-    def request(self, op: str, timeout_s: float = REFERENCE_TIMEOUT_S, **payload: Any) -> dict[str, Any]:
-        with self.lock:
+    def request(
+        self,
+        op: str,
+        timeout_s: float = REFERENCE_TIMEOUT_S,
+        hold: contextlib.AbstractContextManager | None = None,
+        **payload: Any,
+    ) -> dict[str, Any]:
+        """One request, answered. ``hold``: the GPU lock the request needs (``shared_gpu_lock`` or
+        ``exclusive_gpu_lock``), taken only once it is this request's turn: an evaluation queued behind
+        another's request holds no lock meanwhile, so a timer never waits for a queue of comparisons that
+        have not started. The order is always this worker first, the GPU's lock second; nothing waits for a
+        reference worker while holding the GPU's lock."""
+        with self.lock, hold if hold is not None else contextlib.nullcontext():
             child = self._running()
             child.send({"op": op, **payload})
             result = child.wait_message(op, timeout_s)
@@ -177,6 +189,7 @@ class ReferenceWorker:
         got: list[dict[str, Any]],
         directory: Path,
         timeout_s: float = REFERENCE_TIMEOUT_S,
+        hold: contextlib.AbstractContextManager | None = None,
         **options: Any,
     ) -> dict[str, Any]:
         """Reference outputs for ``seeds``, and the candidate's outputs (described by ``got``) compared with
@@ -184,6 +197,7 @@ class ReferenceWorker:
         return self.request(
             "compare",
             timeout_s,
+            hold,
             init_seed=init_seed,
             seeds=seeds,
             got=got,
@@ -317,6 +331,21 @@ def forged_call_reports(
         return f"FORGED_REPORT: {fresh} of {count} timed calls had fresh inputs, where about a third must"
     if not any("outputs" in c for c in calls):
         return "FORGED_REPORT: no timed call's whole outputs were kept for the full check"
+    return ""
+
+
+def attach_full_outputs(calls: list[dict[str, Any]], outputs: Any) -> str:
+    """Put the whole outputs of the calls kept for a full check (sent after the timing, by call index) into
+    those calls' reports; a reason when they are not exactly the calls whose reports said ``full``."""
+    flagged = {str(c.get("index")) for c in calls if isinstance(c, dict) and c.get("full") is True}
+    if not isinstance(outputs, dict) or set(outputs) != flagged:
+        return (
+            "FORGED_REPORT: the kept outputs do not match the calls kept for a full check "
+            f"({sorted(flagged)[:5]} kept)"
+        )
+    for call in calls:
+        if str(call.get("index")) in flagged:
+            call["outputs"] = outputs[str(call["index"])]
     return ""
 
 
@@ -892,11 +921,11 @@ class Evaluation:
 
         stream = self._stream_trials(worker, len(trial_seeds))
         clock = time.monotonic()
-        with shared_gpu_lock(self.device, self.gpu):
-            child.send({"op": "trials", "stream": stream})
-            if stream:
-                streamed = self._compare_each_trial(child, worker, trial_seeds)
-            else:
+        if stream:
+            streamed = self._compare_each_trial(child, worker, trial_seeds)
+        else:
+            with shared_gpu_lock(self.device, self.gpu, "candidate trials"):
+                child.send({"op": "trials", "stream": False})
                 report = child.wait_message("correctness", opts.timeout_s)
         phases["candidate_trials"] = round(time.monotonic() - clock, 3)
         if stream:
@@ -956,22 +985,33 @@ class Evaluation:
     ) -> tuple[dict[str, Any], list[dict[str, Any]]] | Verdict:
         """The streamed trials: each trial's report compared in the reference process before the candidate
         runs the next (it waits for ``next``), then the degenerate-reference check over all the seeds. The
-        caller holds the GPU's shared lock. The same checks as at once, with one time budget for all the trials
-        (comparisons not counted); the candidate only learns that a trial passed by being asked for the next
-        one. One difference: a wrong trial ends the trials, so what a later trial would have done (a crash, a
-        broken rule) is not seen -- the verdict is the mismatch."""
+        candidate runs each step under a shared hold of the GPU's lock, the comparisons take their own. The
+        same checks as at once, with one time budget for all the trials (comparisons and lock waits not
+        counted); the candidate only learns that a trial passed by being asked for the next one. One
+        difference: a wrong trial ends the trials, so what a later trial would have done (a crash, a broken
+        rule) is not seen -- the verdict is the mismatch."""
         comparisons: list[dict[str, Any]] = []
         trials: list[dict[str, Any]] = []
         meta: dict[str, Any] = {}
         clock = time.monotonic()
-        compare_s = 0.0
+        compare_s = waited_s = 0.0
 
         def candidate_time_left() -> float:
-            # One budget for all trials, as at once: the candidate's time only, not the comparisons'.
-            return max(0.1, self.options.timeout_s - (time.monotonic() - clock - compare_s))
+            # One budget for all trials, as at once: the candidate's time only, not the comparisons' or waits'.
+            return max(0.1, self.options.timeout_s - (time.monotonic() - clock - compare_s - waited_s))
+
+        @contextlib.contextmanager
+        def candidate_step(message: dict[str, Any]) -> Iterator[None]:
+            nonlocal waited_s
+            asked = time.monotonic()
+            with shared_gpu_lock(self.device, self.gpu, "candidate trials"):
+                waited_s += time.monotonic() - asked
+                child.send(message)
+                yield
 
         for index, seed in enumerate(seeds):
-            report = child.wait_message("trial", candidate_time_left())
+            with candidate_step({"op": "trials", "stream": True} if index == 0 else {"op": "next"}):
+                report = child.wait_message("trial", candidate_time_left())
             failed = self.failed_report(report, child, "correctness trials")
             if failed is not None:
                 return failed
@@ -979,7 +1019,7 @@ class Evaluation:
             self.trials_reported = True
             started = time.monotonic()
             compared = self._compare_outputs_in_reference(
-                worker, child, [seed], [report], "trial", locked=True, first=index, total=len(seeds)
+                worker, child, [seed], [report], "trial", first=index, total=len(seeds)
             )
             compare_s += time.monotonic() - started
             if isinstance(compared, Verdict):
@@ -988,23 +1028,19 @@ class Evaluation:
             meta = meta or compared.get("meta") or {}
             if not all(c.get("correct") for c in compared["comparisons"]):
                 break
-            if index + 1 < len(seeds):
-                child.send({"op": "next"})
         if len(comparisons) == len(seeds) and all(c.get("correct") for c in comparisons):
-            child.send({"op": "next"})
-            final = child.wait_message("correctness", candidate_time_left())
+            with candidate_step({"op": "next"}):
+                final = child.wait_message("correctness", candidate_time_left())
             failed = self.failed_report(final, child, "correctness trials")
             if failed is not None:
                 return failed
             self.saw_peak("candidate", final)
             trials = final["trials"]
         started = time.monotonic()
-        checked = self._compare_outputs_in_reference(
-            worker, child, seeds, [], "trial", degenerate_check=True, locked=True
-        )
+        checked = self._compare_outputs_in_reference(worker, child, seeds, [], "trial", degenerate_check=True)
         compare_s += time.monotonic() - started
         self.phases["reference_compare"] = round(compare_s, 3)
-        self.phases["candidate_trials_alone"] = round(time.monotonic() - clock - compare_s, 3)
+        self.phases["candidate_trials_alone"] = round(time.monotonic() - clock - compare_s - waited_s, 3)
         if isinstance(checked, Verdict):
             return checked
         return {"degenerate": checked["degenerate"], "comparisons": comparisons, "meta": meta}, trials
@@ -1027,32 +1063,30 @@ class Evaluation:
         got: list[dict[str, Any]],
         label: str,
         degenerate_check: bool = False,
-        locked: bool = False,
         first: int = 0,
         total: int | None = None,
     ) -> dict[str, Any] | Verdict:
         """The reference process's comparison of the candidate's outputs (``got``) with the reference outputs
-        for ``seeds``; a verdict instead when the reference could not run beside the candidate's process.
-        ``locked``: the caller already holds the GPU's shared lock. ``first`` / ``total``: which of how many
-        trials ``seeds`` are, for the reasons' labels (a streamed trial is compared alone)."""
+        for ``seeds``, under a shared hold of the GPU's lock taken in the reference worker's turn; a verdict
+        instead when the reference could not run beside the candidate's process. ``first`` / ``total``: which
+        of how many trials ``seeds`` are, for the reasons' labels (a streamed trial is compared alone)."""
         tolerances = self._tolerances()
         reports = [{"structure": g.get("structure"), "outputs": g.get("outputs", [])} for g in got]
         directory = child.scratch / "outputs"
-        hold = contextlib.nullcontext() if locked else shared_gpu_lock(self.device, self.gpu)
         try:
-            with hold:
-                compared = worker.compare_with_reference(
-                    self._job["init_seed"],
-                    seeds,
-                    reports,
-                    directory,
-                    label=label,
-                    tolerances=tolerances,
-                    degenerate_check=degenerate_check,
-                    first=first,
-                    total=total,
-                    timeout_s=max(COMPARE_TIMEOUT_MIN_S, self.options.timeout_s),
-                )
+            compared = worker.compare_with_reference(
+                self._job["init_seed"],
+                seeds,
+                reports,
+                directory,
+                hold=shared_gpu_lock(self.device, self.gpu, f"compare {label}"),
+                label=label,
+                tolerances=tolerances,
+                degenerate_check=degenerate_check,
+                first=first,
+                total=total,
+                timeout_s=max(COMPARE_TIMEOUT_MIN_S, self.options.timeout_s),
+            )
             self.saw_peak("reference", compared)
             if compared.get("meta"):
                 self.sizes = compared["meta"]
@@ -1063,10 +1097,15 @@ class Evaluation:
             # The candidate's process is still alive and may hold the GPU's memory: retry without it. If the
             # reference fails again the problem itself is broken, and that error goes to the user.
             child.kill()
-            with contextlib.nullcontext() if locked else shared_gpu_lock(self.device, self.gpu):
-                worker.compare_with_reference(
-                    self._job["init_seed"], seeds, [], directory, label=label, tolerances=tolerances
-                )
+            worker.compare_with_reference(
+                self._job["init_seed"],
+                seeds,
+                [],
+                directory,
+                hold=shared_gpu_lock(self.device, self.gpu, f"compare {label}"),
+                label=label,
+                tolerances=tolerances,
+            )
             return self.verdict(
                 Status.RUNTIME_ERROR,
                 [
@@ -1109,13 +1148,21 @@ class Evaluation:
         phases["reference_timing"] = round(time.monotonic() - clock, 3)
         clock = time.monotonic()
         calls: list[dict[str, Any]] = []
-        with exclusive_gpu_lock(self.device, self.gpu):
+        with exclusive_gpu_lock(self.device, self.gpu, "candidate timing"):
             child.send({"op": "time", "trials": trials, "warmup": warmup})
             report = child.wait_message("timing", opts.timeout_s, collect=("call", calls))
         phases["candidate_timing"] = round(time.monotonic() - clock, 3)
         failed = self.failed_report(report, child, "timing")
         if failed is not None:
             return failed
+        # The copies kept for the full checks come after the report, outside the exclusive lock.
+        kept = child.wait_message("full_outputs", opts.timeout_s)
+        failed = self.failed_report(kept, child, "timing")
+        if failed is not None:
+            return failed
+        forged = attach_full_outputs(calls, kept.get("outputs"))
+        if forged:
+            return self.verdict(Status.REJECTED, [forged])
         self.saw_peak("candidate", report)
         forged = forged_call_reports(calls, report, len(self._job["timing_seeds"]), trials)
         if forged:
@@ -1130,10 +1177,12 @@ class Evaluation:
             "tolerances": self._tolerances(),
         }
         try:
-            with shared_gpu_lock(self.device, self.gpu):
-                sampled = worker.request(
-                    "check_samples", max(COMPARE_TIMEOUT_MIN_S, opts.timeout_s), **request
-                )
+            sampled = worker.request(
+                "check_samples",
+                max(COMPARE_TIMEOUT_MIN_S, opts.timeout_s),
+                shared_gpu_lock(self.device, self.gpu, "check timed samples"),
+                **request,
+            )
             self.saw_peak("reference", sampled)
         except ProblemError:
             if self.device != "cuda":
@@ -1141,8 +1190,12 @@ class Evaluation:
             # As for the trials' comparison: the candidate's process may hold the memory the reference needs.
             # Without it, a reference that fails again is the problem's error; one that passes was crowded out.
             child.kill()
-            with shared_gpu_lock(self.device, self.gpu):
-                worker.request("check_samples", max(COMPARE_TIMEOUT_MIN_S, opts.timeout_s), **request)
+            worker.request(
+                "check_samples",
+                max(COMPARE_TIMEOUT_MIN_S, opts.timeout_s),
+                shared_gpu_lock(self.device, self.gpu, "check timed samples"),
+                **request,
+            )
             return self.verdict(
                 Status.RUNTIME_ERROR,
                 [
@@ -1188,6 +1241,7 @@ class Evaluation:
             "warmup": report.get("warmup"),
             "prequeue_ms": report.get("prequeue_ms"),
             "exposed_calls": int(report.get("exposed_calls") or 0),
+            "loop_ms": report.get("loop_ms") if isinstance(report.get("loop_ms"), dict) else None,
             "host_median_ms": host_ms[len(host_ms) // 2],
             "fully_checked_calls": [int(c["index"]) for c in full],
             "full_checks_skipped_for_memory": int(report.get("full_checks_skipped") or 0),
@@ -1247,10 +1301,13 @@ class Evaluation:
                 # Inductor benchmarks its kernels' configurations on the GPU and keeps the fastest, so it holds
                 # the lock exclusively -- benchmarked beside other evaluations' work, the pick varied from one
                 # run to the next (a reduction's torch.compile time moved by 39 %, docs/evaluation.md).
-                with exclusive_gpu_lock(self.device, self.gpu):
-                    self.saw_peak("reference", worker.request("prepare_time", **request))
-                with exclusive_gpu_lock(self.device, self.gpu):
-                    found = worker.request("time", **request)
+                prepare = exclusive_gpu_lock(self.device, self.gpu, "reference compile autotuning")
+                self.saw_peak(
+                    "reference",
+                    worker.request("prepare_time", REFERENCE_TIMEOUT_S, prepare, **request),
+                )
+                timed = exclusive_gpu_lock(self.device, self.gpu, "reference timing")
+                found = worker.request("time", REFERENCE_TIMEOUT_S, timed, **request)
                 self.saw_peak("reference", found)
                 found = {k: found.get(k) for k in REFERENCE_FIELDS}
                 cache.set(key, found)
@@ -1262,8 +1319,8 @@ class Evaluation:
                 )
                 ceilings = cache.get(ceilings_key)
                 if ceilings is None:
-                    with exclusive_gpu_lock(self.device, self.gpu):
-                        ceilings = worker.request("ceilings")
+                    measured = exclusive_gpu_lock(self.device, self.gpu, "ceilings")
+                    ceilings = worker.request("ceilings", REFERENCE_TIMEOUT_S, measured)
                     self.saw_peak("reference", ceilings)
                     ceilings = {k: ceilings[k] for k in ("bandwidth_bytes_s", "flops_s", "flops_s_fp32")}
                     cache.set(ceilings_key, ceilings)

@@ -10,14 +10,18 @@ One lock per GPU, taken two ways:
     SHARED: held for every other piece of GPU work of an evaluation, so those overlap each other but never a
     timed loop. The driver holds it for the work it asks of a worker (correctness trials, reference outputs,
     comparisons, torch.compile of a reference); a candidate worker holds it itself, through
-    ``WorkerSharedHold``, for what it does on its own (creating its CUDA context when it starts as a spare,
-    generating inputs, the first call of the candidate), so a spare starting up or a candidate compiling never
-    lands inside another's timing.
+    ``WorkerSharedHold``, for what it does on its own (the warm-up kernel of a spare, generating inputs, the
+    first call of the candidate), so a spare starting up or a candidate compiling never lands inside another's
+    timing. A spare creates its CUDA context before it asks for the lock: seconds of host work and no kernel.
 
 Across processes the lock is an flock on one file per GPU, with a second file as a turnstile: a timer holds
-the turnstile while it waits, and every shared holder passes through it first, so waiting timers go before
-new shared work in any process (flock alone has no such preference). Inside one process a gate does the same
-for its threads.
+the turnstile while it waits, and a shared holder takes the lock only while passing through it, so waiting
+timers go before new shared work in any process (flock alone has no such preference), and timers queued
+behind a timer run one after another. Inside one process a gate does the same for its threads.
+
+``KSMITH_GPU_LOCK_TRACE=FILE`` appends one JSON line per hold to FILE (every process of the run, workers
+included): who held it (``what``), how, when it was asked for, got and given back, on the wall clock so holds
+of different processes line up. ``benchmarks/eval_protocol.py`` reads it to show where a GPU's time goes.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import itertools
+import json
 import os
 import tempfile
 import threading
@@ -67,6 +72,7 @@ def physical_gpu(index: int) -> str:
 
 LOCK_DIR_ENV = "KSMITH_GPU_LOCK_DIR"  # set for workers, so driver and workers lock the same files
 LOCK_WAIT_ENV = "KSMITH_GPU_LOCK_WAIT_S"
+LOCK_TRACE_ENV = "KSMITH_GPU_LOCK_TRACE"
 # Far beyond any legitimate holder (a timed loop, a first call within its timeout).
 DEFAULT_LOCK_WAIT_S = 900.0
 
@@ -115,16 +121,42 @@ def _flock(handle: Any, mode: int, deadline: float, gpu: str | None, started: fl
             delay = min(0.005, delay * 2)
 
 
+def _flock_behind_timers(
+    turnstile: Any, handle: Any, deadline: float, gpu: str | None, started: float
+) -> None:
+    """A shared flock that no waiting timer can be overtaken by: the lock is only ever taken while passing
+    through the turnstile (which a waiting timer holds), and while a timer has the lock, a shared holder goes
+    back through the turnstile before each new try. So timers queued behind a timer run one after another,
+    instead of each waiting for the shared work that slipped in between them to finish."""
+    delay = 0.0005
+    while True:
+        _flock(turnstile, fcntl.LOCK_SH, deadline, gpu, started)  # passes at once unless a timer waits
+        try:
+            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            pass
+        finally:
+            fcntl.flock(turnstile, fcntl.LOCK_UN)
+        if time.monotonic() >= deadline:
+            raise _busy(gpu, time.monotonic() - started)
+        time.sleep(delay)
+        delay = min(0.005, delay * 2)
+
+
 _cpu_timing_lock = threading.Lock()
 
 
 class _Gate:
-    """A readers-writer gate with writer preference: once a timer waits, new shared holders queue behind it."""
+    """Writer preference inside one process: once a timer waits, new shared holders queue behind it.
+
+    Timers do not exclude each other here (the flocks order them): a second timer goes on to wait at the
+    turnstile while the first times, so no shared work of another process slips in between the two."""
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._readers = 0
-        self._writing = False
+        self._writing = 0
         self._writers_waiting = 0
 
     def acquire_shared(self, deadline: float = float("inf")) -> bool:
@@ -144,10 +176,10 @@ class _Gate:
         with self._cond:
             self._writers_waiting += 1
             try:
-                while self._writing or self._readers:
+                while self._readers:
                     if not self._cond.wait(_remaining(deadline)):
                         return False
-                self._writing = True
+                self._writing += 1
                 return True
             finally:
                 self._writers_waiting -= 1
@@ -155,7 +187,7 @@ class _Gate:
 
     def release_exclusive(self) -> None:
         with self._cond:
-            self._writing = False
+            self._writing -= 1
             self._cond.notify_all()
 
 
@@ -172,18 +204,46 @@ def _gate(gpu: str | None) -> _Gate:
         return _gates.setdefault(str(gpu), _Gate())
 
 
+def _trace(gpu: str | None, what: str, exclusive: bool, asked: float, got: float, released: float) -> None:
+    """One line of ``KSMITH_GPU_LOCK_TRACE`` (see the module's doc); never fails the holder."""
+    path = os.environ.get(LOCK_TRACE_ENV)
+    if not path:
+        return
+    line = json.dumps(
+        {
+            "pid": os.getpid(),
+            "gpu": str(gpu),
+            "what": what,
+            "mode": "exclusive" if exclusive else "shared",
+            "asked": round(asked, 6),
+            "got": round(got, 6),
+            "released": round(released, 6),
+        }
+    )
+    try:
+        # One write of a short line to a file opened for appending: lines of several processes never interleave.
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            os.write(fd, (line + "\n").encode())
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
+
+
 @contextlib.contextmanager
-def _gpu_lock(gpu: str | None, exclusive: bool) -> Iterator[None]:
+def _gpu_lock(gpu: str | None, exclusive: bool, what: str = "") -> Iterator[None]:
     """This process's gate first (so waiting timers go first here), then the flocks shared across processes.
 
-    Raises GpuLockTimeout if the lock is not free within ``lock_wait_s()``.
+    Raises GpuLockTimeout if the lock is not free within ``lock_wait_s()``. ``what``: the holder's name in
+    the trace.
     """
     gate = _gate(gpu)
     if exclusive:
         acquire, release, mode = gate.acquire_exclusive, gate.release_exclusive, fcntl.LOCK_EX
     else:
         acquire, release, mode = gate.acquire_shared, gate.release_shared, fcntl.LOCK_SH
-    started = time.monotonic()
+    started, asked = time.monotonic(), time.time()
     deadline = started + lock_wait_s()
     if not acquire(deadline):
         raise _busy(gpu, time.monotonic() - started)
@@ -200,20 +260,19 @@ def _gpu_lock(gpu: str | None, exclusive: bool) -> Iterator[None]:
                 finally:
                     fcntl.flock(turnstile, fcntl.LOCK_UN)
             else:
-                # Passes at once unless a timer waits.
-                _flock(turnstile, fcntl.LOCK_SH, deadline, gpu, started)
-                fcntl.flock(turnstile, fcntl.LOCK_UN)
-                _flock(handle, mode, deadline, gpu, started)
+                _flock_behind_timers(turnstile, handle, deadline, gpu, started)
+            got = time.time()
             try:
                 yield
             finally:
                 fcntl.flock(handle, fcntl.LOCK_UN)
+                _trace(gpu, what, exclusive, asked, got, time.time())
     finally:
         release()
 
 
 @contextlib.contextmanager
-def exclusive_gpu_lock(device: str, gpu: str | None) -> Iterator[None]:
+def exclusive_gpu_lock(device: str, gpu: str | None, what: str = "timing") -> Iterator[None]:
     """Hold the lock of one device exclusively, for timing (nothing else of ksmith's runs on that GPU
     meanwhile).
 
@@ -224,18 +283,18 @@ def exclusive_gpu_lock(device: str, gpu: str | None) -> Iterator[None]:
         with _cpu_timing_lock:
             yield
         return
-    with _gpu_lock(gpu, exclusive=True):
+    with _gpu_lock(gpu, exclusive=True, what=what):
         yield
 
 
 @contextlib.contextmanager
-def shared_gpu_lock(device: str, gpu: str | None) -> Iterator[None]:
+def shared_gpu_lock(device: str, gpu: str | None, what: str = "shared") -> Iterator[None]:
     """Hold the device's lock shared, for any GPU work but timing: it may overlap other such work but not a
     timed loop."""
     if device != "cuda":
         yield
         return
-    with _gpu_lock(gpu, exclusive=False):
+    with _gpu_lock(gpu, exclusive=False, what=what):
         yield
 
 
@@ -247,10 +306,10 @@ class WorkerSharedHold:
     latest when the process ends (flocks die with their process).
     """
 
-    def __init__(self, device: str | None) -> None:
+    def __init__(self, device: str | None, what: str = "worker") -> None:
         self._held: contextlib.AbstractContextManager | None = None
         if device == "cuda":
-            self._held = shared_gpu_lock(device, os.environ.get("CUDA_VISIBLE_DEVICES") or "0")
+            self._held = shared_gpu_lock(device, os.environ.get("CUDA_VISIBLE_DEVICES") or "0", what)
             self._held.__enter__()
 
     def release(self) -> None:

@@ -111,6 +111,10 @@ class TimedCalls:
     # Calls whose launch took longer than the spin before them: the GPU may have idled inside the timed span
     # waiting for the host (a busy CPU). Each one lengthens the spin for the calls after it.
     exposed: int = 0
+    # Where the loop's own wall time went (ms): ``setup`` (the spin's rate, buffers), ``warmup``, and per timed
+    # call ``inputs`` (made and staged), ``launch`` (flush, spin, the call), ``wait`` (for the GPU) and
+    # ``check`` (the caller's after-call check). What holds the GPU's exclusive lock, and for how long.
+    loop_ms: dict[str, float] = field(default_factory=dict)
 
 
 STAGING_COPIES = 3  # input buffers a timing loop rotates over (one when the inputs are large)
@@ -208,6 +212,15 @@ def time_gpu(
     record, elapsed, sync = timers["record"], timers["elapsed"], timers["synchronize"]
     stream, perf, event = timers["stream"], timers["perf_counter"], timers["event_class"]
     spin = timers["sleep"]
+    parts = dict.fromkeys(("setup", "warmup", "inputs", "launch", "wait", "check"), 0.0)
+    mark = perf()
+
+    def lap(part: str) -> None:
+        nonlocal mark
+        now = perf()
+        parts[part] += now - mark
+        mark = now
+
     # Measured again here, where the caller holds the GPU alone: other work stretches the spin.
     cycles_per_ms = spin_rate(timers)
     flush = l2_flush_buffer()
@@ -216,6 +229,7 @@ def time_gpu(
     host_warm: list[float] = []
     wall_warm: list[float] = []
     done = 0
+    lap("setup")
     while True:
         inputs = staging.load(input_sets[schedule.below(sets)])
         sync()
@@ -236,6 +250,7 @@ def time_gpu(
         schedule.fit(steady_ms(wall_warm), budget_ms, least)
     spin_ms = prequeue_ms(host_warm)
     cycles = int(spin_ms * cycles_per_ms)
+    lap("warmup")
     result = TimedCalls(samples_ms=[], warmup=done, prequeue_ms=round(spin_ms, 4))
     start, end = event(enable_timing=True), event(enable_timing=True)
     calls = 0
@@ -243,6 +258,7 @@ def time_gpu(
         chosen, seed, fresh = _inputs_for(schedule, input_sets, fresh_inputs)
         inputs = staging.load(fresh)
         del fresh
+        lap("inputs")
         flush.zero_()
         spin(cycles)  # the GPU stays busy while the host launches: events see only the GPU's time
         record(start, stream)
@@ -250,7 +266,9 @@ def time_gpu(
         out = fn(*inputs)
         host = (perf() - begin) * 1e3
         record(end, stream)
+        lap("launch")
         sync()
+        lap("wait")
         # The spin may have run out before the launch did: cover such a launch from now on.
         if host >= spin_ms:
             result.exposed += 1
@@ -266,10 +284,12 @@ def time_gpu(
         if after_call is not None:
             after_call(calls - 1, chosen, out, last, result.samples_ms[-1], host)
         del out
+        lap("check")
         if last:
             break
     del flush
     sync()
+    result.loop_ms = {k: round(v * 1e3, 2) for k, v in parts.items()}
     return result
 
 

@@ -9,6 +9,7 @@ candidate's module-level code never shares a namespace with it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import triton
@@ -24,6 +25,23 @@ def _fill(out_ptr, value, n, BLOCK: tl.constexpr):
 def _launch(out: Any) -> Any:
     _fill[(1,)](out, 1.0, out.numel(), BLOCK=64)
     return out
+
+
+def prepare_warm_kernel(device: str, step: Callable[[str], None] = lambda name: None) -> None:
+    """The slow part of a GPU worker's warm-up, which launches no kernel: the CUDA context, and the warm-up
+    kernel compiled (or read from Triton's cache) and loaded. Seconds of host work on a busy machine, so a
+    worker does it before it takes the GPU's lock (``candidate_side.warm_up``); nothing to do on the CPU.
+    ``step`` is told when the context exists (``cuda_context``) and when the kernel is loaded (``compiled``)."""
+    if device != "cuda":
+        return
+    import torch
+
+    torch.cuda.init()
+    torch.cuda.synchronize()  # creates the context; there is nothing queued to wait for
+    step("cuda_context")
+    out = torch.empty(64, device=device)
+    _fill.warmup(out, 1.0, out.numel(), BLOCK=64, grid=(1,))
+    step("compiled")
 
 
 def run_warm_kernel(device: str) -> None:

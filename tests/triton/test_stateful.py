@@ -19,7 +19,13 @@ import pytest
 from evaluator_helpers import candidate, problem, quick_options
 
 from ksmith_triton import evaluator
-from ksmith_triton.evaluator import checked_slower_flag, evaluate, forged_call_reports, timing_contradictions
+from ksmith_triton.evaluator import (
+    attach_full_outputs,
+    checked_slower_flag,
+    evaluate,
+    forged_call_reports,
+    timing_contradictions,
+)
 from ksmith_triton.timing import Schedule
 
 CASES = {
@@ -157,6 +163,16 @@ def test_reports_must_be_one_per_call_in_order_as_the_schedule_allows():
         malformed = _calls(5)
         malformed[2][field] = value
         assert forged_call_reports(malformed, {"calls": 5}, 3).startswith("FORGED_REPORT: timed call 2")
+
+
+def test_kept_outputs_sent_after_the_timing_must_be_those_of_the_calls_that_said_so():
+    outputs = [{"file": "timed_1_0.bin", "dtype": "torch.float32", "shape": [4]}]
+    calls = [{"index": i, "full": True} if i == 1 else {"index": i} for i in range(3)]
+    assert attach_full_outputs(calls, {"1": outputs}) == ""
+    assert calls[1]["outputs"] == outputs and "outputs" not in calls[0]
+    for sent in ({}, {"1": outputs, "2": outputs}, {"0": outputs}, None, [outputs]):
+        fresh = [{"index": i, "full": True} if i == 1 else {"index": i} for i in range(3)]
+        assert attach_full_outputs(fresh, sent).startswith("FORGED_REPORT: the kept outputs")
 
 
 def test_small_outputs_are_checked_whole():

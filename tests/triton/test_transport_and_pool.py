@@ -131,6 +131,19 @@ else:
 """
 
 
+def turnstile_held(path) -> bool:
+    """Whether a timer holds the turnstile of a GPU's lock (a shared probe of it would block)."""
+    import fcntl
+
+    with open(path, "a+") as probe:
+        try:
+            fcntl.flock(probe, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(probe, fcntl.LOCK_UN)
+        return False
+
+
 def _until(condition, seconds=20.0):
     deadline = time.monotonic() + seconds
     while not condition():
@@ -141,7 +154,6 @@ def _until(condition, seconds=20.0):
 def test_a_waiting_timer_goes_before_new_work_of_other_processes(tmp_path, monkeypatch):
     """Three processes: this one holds the GPU shared; a timer in another waits; then a worker in a third asks
     for a shared hold. The worker must wait behind the timer (the turnstile), not slip in beside this one."""
-    import fcntl
     import os
     import subprocess
     import sys
@@ -153,21 +165,14 @@ def test_a_waiting_timer_goes_before_new_work_of_other_processes(tmp_path, monke
     def start(role):
         return subprocess.Popen([sys.executable, "-c", _LOCK_SCRIPT, role, str(log)], env=env)
 
-    def timer_holds_turnstile():
-        with open(tmp_path / "cuda-t0.turnstile", "a+") as probe:
-            try:
-                fcntl.flock(probe, fcntl.LOCK_SH | fcntl.LOCK_NB)
-            except BlockingIOError:
-                return True
-            fcntl.flock(probe, fcntl.LOCK_UN)
-            return False
-
     def lines():
         return log.read_text().splitlines() if log.exists() else []
 
     with locks.shared_gpu_lock("cuda", "t0"):
         timer = start("timer")
-        _until(timer_holds_turnstile)  # the timer is waiting for this process's shared hold
+        _until(
+            lambda: turnstile_held(tmp_path / "cuda-t0.turnstile")
+        )  # the timer is waiting for this process's shared hold
         worker = start("worker")
         _until(lambda: "worker waiting" in lines())
         time.sleep(0.5)
