@@ -66,6 +66,10 @@ def main() -> int:
     args = parser.parse_args()
     import torch
 
+    if not torch.cuda.is_available():
+        print("context_creation.py: needs an NVIDIA GPU (none is visible)", file=sys.stderr)
+        return 2
+
     rows = []
     for name, script, lead in (("driver", DRIVER, 2.0), ("torch", TORCH, 8.0)):
         for count in args.counts:
