@@ -6,7 +6,7 @@ Three measurements:
     spread = max/min - 1 of the reported median runtimes (target <= 1 %).
 (b) throughput -- evaluations per minute per GPU on L1-size problems: an evolution's workload (each problem's
     seed and single edits of it, every kernel compiled afresh) evaluated concurrently, after one warm pass
-    that fills the reference cache (target >= 60 per minute per GPU), with the GPU lock's timeline over it
+    that fills the reference cache (target >= 100 per minute per GPU, issue 16), with the GPU lock's timeline over it
     (``ksmith_triton/locktrace.py``; every hold is traced to ``OUT.locks.jsonl``).
 (c) references -- ksmith's eager and torch.compile medians for every problem beside plain
     ``triton.testing.do_bench`` of the same eager reference.
