@@ -86,9 +86,16 @@ def stability(problem_path: Path, candidate_path: Path, options: Any, repeats: i
 
 def median_details(verdicts: list[Any], field: str) -> dict[str, float]:
     """Median of each number in the verdicts' ``field`` mapping (``phases``, or ``details[field]``)."""
+    return medians(
+        getattr(verdict, field, None) if field == "phases" else verdict.details.get(field, {})
+        for verdict in verdicts
+    )
+
+
+def medians(mappings: Any) -> dict[str, float]:
+    """Median of each name's numbers over ``mappings`` (dicts of name to number; ``None`` counts as empty)."""
     found: dict[str, list[float]] = {}
-    for verdict in verdicts:
-        values = getattr(verdict, field, None) if field == "phases" else verdict.details.get(field, {})
+    for values in mappings:
         for name, value in (values or {}).items():
             found.setdefault(name, []).append(value)
     return {name: statistics.median(values) for name, values in sorted(found.items())}
@@ -195,11 +202,7 @@ def throughput(
         statuses[verdict.status.value] = statuses.get(verdict.status.value, 0) + 1
     phases = median_details(verdicts, "phases")
     steps = median_details(verdicts, "worker_steps")
-    loops = [v.details.get("timing", {}).get("loop_ms") or {} for v in verdicts]
-    loop_ms = {
-        part: statistics.median(loop[part] for loop in loops if part in loop)
-        for part in dict.fromkeys(k for loop in loops for k in loop)
-    }
+    loop_ms = medians(v.details.get("timing", {}).get("loop_ms") for v in verdicts)
     per_minute = len(verdicts) / seconds * 60.0
     trace = os.environ.get(LOCK_TRACE_ENV)
     gpu_lock = summarise(read_trace(Path(trace)), wall_started, wall_ended) if trace else None

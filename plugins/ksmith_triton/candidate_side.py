@@ -605,7 +605,6 @@ class TimedCallCheck:
         self.full_skipped = 0  # full checks drawn but left out: their copy would not fit (``_copy_fits``)
         self.input_seed: int | None = None  # the seed of the last fresh inputs made
         self.kept: list[tuple[int, str, list[Any]]] = []  # (call, structure, copies) for the full checks
-        self.kept_bytes = 0
         # Read once, before the first call: asking the driver for free memory inside the timed loop can wait
         # behind another process's new CUDA context.
         self.free_bytes: int | None = None
@@ -623,7 +622,8 @@ class TimedCallCheck:
         fully checked, every call sampled)."""
         if self.free_bytes is None:
             return True
-        fits = self.kept_bytes + tensor_bytes(tensors) <= self.free_bytes // 2
+        kept = sum(tensor_bytes(copies) for _, _, copies in self.kept)
+        fits = kept + tensor_bytes(tensors) <= self.free_bytes // 2
         self.full_skipped += 0 if fits else 1
         return fits
 
@@ -675,7 +675,6 @@ class TimedCallCheck:
             # A copy of its own: later calls may reuse the candidate's buffers (or return views of the inputs).
             copies = [t.detach().clone(memory_format=torch.contiguous_format) for t in tensors]
             self.kept.append((index, structure, copies))
-            self.kept_bytes += tensor_bytes(copies)
             message["full"] = True
         self.channel.send("call", **message)
 

@@ -34,7 +34,7 @@ import os
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -107,18 +107,28 @@ def _busy(gpu: str | None, waited: float) -> GpuLockTimeout:
     )
 
 
-def _flock(handle: Any, mode: int, deadline: float, gpu: str | None, started: float) -> None:
-    """flock with a deadline: polled without blocking (a few ms apart), so no waiter can hang forever."""
+def _poll(attempt: Callable[[], bool], deadline: float, gpu: str | None, started: float) -> None:
+    """``attempt()`` until it succeeds, a few ms apart, so no waiter can hang forever: past the deadline,
+    GpuLockTimeout."""
     delay = 0.0005
-    while True:
-        try:
-            fcntl.flock(handle, mode | fcntl.LOCK_NB)
-            return
-        except BlockingIOError:
-            if time.monotonic() >= deadline:
-                raise _busy(gpu, time.monotonic() - started) from None
-            time.sleep(delay)
-            delay = min(0.005, delay * 2)
+    while not attempt():
+        if time.monotonic() >= deadline:
+            raise _busy(gpu, time.monotonic() - started)
+        time.sleep(delay)
+        delay = min(0.005, delay * 2)
+
+
+def _try_flock(handle: Any, mode: int) -> bool:
+    try:
+        fcntl.flock(handle, mode | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+
+
+def _flock(handle: Any, mode: int, deadline: float, gpu: str | None, started: float) -> None:
+    """flock with a deadline: polled without blocking."""
+    _poll(lambda: _try_flock(handle, mode), deadline, gpu, started)
 
 
 def _flock_behind_timers(
@@ -128,20 +138,15 @@ def _flock_behind_timers(
     through the turnstile (which a waiting timer holds), and while a timer has the lock, a shared holder goes
     back through the turnstile before each new try. So timers queued behind a timer run one after another,
     instead of each waiting for the shared work that slipped in between them to finish."""
-    delay = 0.0005
-    while True:
+
+    def through_turnstile() -> bool:
         _flock(turnstile, fcntl.LOCK_SH, deadline, gpu, started)  # passes at once unless a timer waits
         try:
-            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
-            return
-        except BlockingIOError:
-            pass
+            return _try_flock(handle, fcntl.LOCK_SH)
         finally:
             fcntl.flock(turnstile, fcntl.LOCK_UN)
-        if time.monotonic() >= deadline:
-            raise _busy(gpu, time.monotonic() - started)
-        time.sleep(delay)
-        delay = min(0.005, delay * 2)
+
+    _poll(through_turnstile, deadline, gpu, started)
 
 
 _cpu_timing_lock = threading.Lock()
@@ -156,12 +161,11 @@ class _Gate:
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._readers = 0
-        self._writing = 0
-        self._writers_waiting = 0
+        self._writers = 0  # timers waiting or timing
 
     def acquire_shared(self, deadline: float = float("inf")) -> bool:
         with self._cond:
-            while self._writing or self._writers_waiting:
+            while self._writers:
                 if not self._cond.wait(_remaining(deadline)):
                     return False
             self._readers += 1
@@ -174,20 +178,17 @@ class _Gate:
 
     def acquire_exclusive(self, deadline: float = float("inf")) -> bool:
         with self._cond:
-            self._writers_waiting += 1
-            try:
-                while self._readers:
-                    if not self._cond.wait(_remaining(deadline)):
-                        return False
-                self._writing += 1
-                return True
-            finally:
-                self._writers_waiting -= 1
-                self._cond.notify_all()
+            self._writers += 1
+            while self._readers:
+                if not self._cond.wait(_remaining(deadline)):
+                    self._writers -= 1
+                    self._cond.notify_all()
+                    return False
+            return True
 
     def release_exclusive(self) -> None:
         with self._cond:
-            self._writing -= 1
+            self._writers -= 1
             self._cond.notify_all()
 
 
