@@ -47,6 +47,7 @@ from ksmith_mutate.source_model import (
     with_keyword,
 )
 from ksmith_mutate.split_k import split_k_changes, split_k_steps
+from ksmith_mutate.split_row import split_row_changes
 from ksmith_mutate.tma import tma_change
 from ksmith_mutate.whole_row import whole_row_changes
 
@@ -64,6 +65,7 @@ EDIT_KINDS = (
     "broadcast_reuse",
     "vector_scan",
     "whole_row",
+    "split_row",
     "block_size",
     "dot_tile",
     "group_m",
@@ -305,6 +307,8 @@ def _all_changes(model: SourceModel, limits: Limits) -> Iterator[_Change]:
         yield _change("vector_scan", description, pairs, detail=detail)
     for description, pairs, detail in whole_row_changes(model):
         yield _change("whole_row", description, pairs, detail=detail)
+    for description, pairs, detail in split_row_changes(model):
+        yield _change("split_row", description, pairs, detail=detail)
     for kind, description, pairs, detail in attention_changes(model, limits.num_warps):
         yield _change(kind, description, pairs, safer=detail["direction"] == "down", detail=detail)
     for site in model.launches:

@@ -66,6 +66,14 @@ Edit kinds (the arms of the bandit):
     share one load of the row, as Inductor's persistent reductions do; the launch's block grows to cover rows
     of up to 8192 elements. Longer rows keep the loops (:mod:`ksmith_mutate.whole_row`). Tried first, after
     ``flip_fold``, far below a memory roofline.
+``split_row``
+    The same passes over rows longer than a block (a softmax over a 32768-wide vocabulary), split over 4, 8
+    or 16 programs a row: each holds one slice in registers and runs every pass on it; each full reduction
+    between the passes is published per program and combined once the row's programs have all arrived (an
+    atomic counter a row; programs numbered by a ticket in the order they start, so waits always end). The
+    row is read from DRAM once instead of about twice. Not offered to runs evaluated on the CPU, where
+    Triton's interpreter runs one program at a time (:mod:`ksmith_mutate.split_row`). Tried after
+    ``whole_row`` far below a memory roofline.
 ``block_size``
     A literal ``BLOCK_SIZE`` / ``BLOCK_*`` constexpr at a launch site of a kernel without ``tl.dot``, doubled
     or halved, staying a power of two in 16..8192 for one-dimensional blocks (1..8192 per axis, at most 65536
@@ -207,7 +215,18 @@ STRUCTURAL_FIRST = (
 # from its last block re-reads what L2 still holds; the rows of one block of a shared operand side by side read
 # it once (docs/benchmarks.md §6f); a running sum a block at a time instead of one element per memory latency
 # (§7b).
-MEMORY_STRUCTURAL_FIRST = ("flip_fold", "whole_row", "loop_reverse", "broadcast_reuse", "vector_scan")
+MEMORY_STRUCTURAL_FIRST = (
+    "flip_fold",
+    "whole_row",
+    "split_row",
+    "loop_reverse",
+    "broadcast_reuse",
+    "vector_scan",
+)
+
+# Kinds whose kernels make programs of one launch wait for each other: Triton's interpreter runs programs one at
+# a time, so on the CPU such a wait never ends.
+WAITING_KINDS = frozenset({"split_row"})
 
 __all__ = ["MUTATE", "NAME", "best_working_ancestor", "ksmith_register_proposers", "launch_config", "propose"]
 
@@ -236,6 +255,8 @@ def propose(run: Any, selection: Selection) -> list[Proposal]:
     if not plans:
         return []
     skipped_kinds = kinds_without_effect(run.problem.source)
+    if run.config.eval.device == "cpu":
+        skipped_kinds |= WAITING_KINDS
     limits = problem_limits(run.problem.source)
     taken = _evaluated_keys(run)
     pending: Counter[str] = Counter()

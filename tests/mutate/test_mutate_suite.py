@@ -8,6 +8,7 @@ import pytest
 
 from ksmith_core.loading import load_problem
 from ksmith_mutate.edits import possible_edits
+from ksmith_mutate.plugin import WAITING_KINDS
 
 from .conftest import KernelChecker
 
@@ -36,6 +37,8 @@ def test_every_edit_of_a_shipped_seed_stays_correct(name, tmp_path):
     assert checker.max_error(seed.read_text()) < tolerance
     failures = []
     for edit in possible_edits(seed.read_text()):
+        if checker.device == "cpu" and edit.kind in WAITING_KINDS:
+            continue  # a row's programs wait for each other: the interpreter runs one at a time (test_split_row)
         error = checker.max_error(edit.source)
         if not error < tolerance and not (checker.device == "cuda" and edit.kind == "dot_precision"):
             failures.append(f"{edit.description}: {error:.3g}")
