@@ -18,6 +18,7 @@ import libcst as cst
 
 from ksmith_core.errors import CandidateError
 from ksmith_mutate.attention import attention_changes
+from ksmith_mutate.constexpr_size import constexpr_size_changes
 from ksmith_mutate.flip_fold import flip_fold_changes
 from ksmith_mutate.gemm_configs import (
     MIN_ELEMENT_BYTES,
@@ -66,6 +67,7 @@ EDIT_KINDS = (
     "vector_scan",
     "whole_row",
     "split_row",
+    "constexpr_size",
     "block_size",
     "dot_tile",
     "group_m",
@@ -309,6 +311,8 @@ def _all_changes(model: SourceModel, limits: Limits) -> Iterator[_Change]:
         yield _change("whole_row", description, pairs, detail=detail)
     for description, pairs, detail in split_row_changes(model):
         yield _change("split_row", description, pairs, detail=detail)
+    for description, pairs, detail in constexpr_size_changes(model):
+        yield _change("constexpr_size", description, pairs, detail=detail)
     for kind, description, pairs, detail in attention_changes(model, limits.num_warps):
         yield _change(kind, description, pairs, safer=detail["direction"] == "down", detail=detail)
     for site in model.launches:

@@ -74,6 +74,10 @@ Edit kinds (the arms of the bandit):
     row is read from DRAM once instead of about twice. Not offered to runs evaluated on the CPU, where
     Triton's interpreter runs one program at a time (:mod:`ksmith_mutate.split_row`). Tried after
     ``whole_row`` far below a memory roofline.
+``constexpr_size``
+    A size parameter a loop runs to or an offset is compared with (``range(0, n, BLOCK)``, ``offs < n``)
+    becomes ``tl.constexpr``, as Inductor writes its sizes into its kernels: the compiler knows trip counts and
+    which masks always hold; Triton compiles once per value (:mod:`ksmith_mutate.constexpr_size`).
 ``block_size``
     A literal ``BLOCK_SIZE`` / ``BLOCK_*`` constexpr at a launch site of a kernel without ``tl.dot``, doubled
     or halved, staying a power of two in 16..8192 for one-dimensional blocks (1..8192 per axis, at most 65536
