@@ -20,8 +20,8 @@ gives the row's value (summed or compared in another order, as any block size do
 only where ``whole_row``'s conditions hold (top-level passes from 0 with one bound and one constexpr step,
 simple bodies, nothing loop-local read after them) and further: the kernel is one-dimensional (no ``[:, None]``
 tiles), takes its row from ``tl.program_id(0)`` and never reads ``tl.num_programs``, has no reduction, scan,
-atomic or barrier in its passes or outside them (only the full reductions between the passes, not nested,
-not in a conditional expression), no ``tl.arange`` between the passes, and no other compound statement; the
+atomic or barrier in its passes or outside them, nor in a jit helper it calls (only the full reductions
+between the passes, not nested, not in a conditional expression), no ``tl.arange`` between the passes, and no other compound statement; the
 launch passes the step as a literal, its grid is a one-element tuple, and the module imports torch and triton.
 
 Waiting needs the programs of a row to run at once. NVIDIA GPUs start a launch's programs in the order of
@@ -152,9 +152,14 @@ def split_row_changes(
     code = model.module.code
     if "def _split_row_reduce" in code or "def _split_row_sync" in code:
         return  # already split once; the helpers would be defined twice
+    # A jit helper that reduces or sees other programs would do so on one program's slice.
+    not_lanewise = {name for name, k in model.kernels.items() if _calls_any(k.node.body, NOT_LANEWISE)}
     for kernel in model.kernels.values():
         shape = _shape(kernel)
-        if shape is None:
+        if shape is None or any(
+            isinstance(n, cst.Call) and isinstance(n.func, cst.Name) and n.func.value in not_lanewise
+            for n in walk(kernel.node.body)
+        ):
             continue
         first, last, stop, step, reductions = shape
         sites = [s for s in model.launches if s.kernel == kernel.name]

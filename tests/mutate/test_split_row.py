@@ -224,6 +224,13 @@ def test_the_minimal_kernel_is_offered():
         ("a grid that is not a tuple", _kernel(grid="lambda meta: (x.shape[0],)")),
         ("the row is not program 0's", _kernel().replace("tl.program_id(0)", "tl.program_id(1)")),
         ("the module does not import torch", _kernel().replace("import torch\n", "", 1)),
+        (
+            "a jit helper that reduces",
+            _kernel(first="_total(" + LOAD + ")").replace(
+                "@triton.jit\ndef _k",
+                "@triton.jit\ndef _total(v):\n    return tl.sum(v, axis=0) + 0 * v\n\n\n@triton.jit\ndef _k",
+            ),
+        ),
     ],
 )
 def test_kernels_splitting_would_change_are_left_alone(why, source):
