@@ -70,7 +70,7 @@ Edit kinds (the arms of the bandit):
     The same passes over rows longer than a block (a softmax over a 32768-wide vocabulary), split over 4, 8
     or 16 programs a row: each holds one slice in registers and runs every pass on it; each full reduction
     between the passes is published per program and combined once the row's programs have all arrived (an
-    atomic counter a row; programs numbered by a ticket in the order they start, so waits always end). The
+    atomic counter a row; the waits rely on programs starting in order of their number). The
     row is read from DRAM once instead of about twice. Not offered to runs evaluated on the CPU, where
     Triton's interpreter runs one program at a time (:mod:`ksmith_mutate.split_row`). Tried after
     ``whole_row`` far below a memory roofline.

@@ -56,7 +56,7 @@ from ksmith_mutate.source_model import (
     with_keyword,
 )
 from ksmith_mutate.tma import _code, _launch_argument
-from ksmith_mutate.whole_row import MAX_BLOCK, _imports_triton, _passes
+from ksmith_mutate.whole_row import MAX_BLOCK, _imports, _passes
 
 Pairs = list[tuple[cst.CSTNode, cst.CSTNode]]
 
@@ -147,7 +147,7 @@ def split_row_changes(
 ) -> Iterator[tuple[str, Pairs, dict]]:
     """(description, pairs, detail) for each kernel whose long rows can be split, once per split in
     ``splits``."""
-    if not _imports_triton(model.module) or not _imports_torch(model.module):
+    if not _imports(model.module, "triton") or not _imports(model.module, "torch"):
         return
     code = model.module.code
     if "def _split_row_reduce" in code or "def _split_row_sync" in code:
@@ -169,32 +169,20 @@ def split_row_changes(
         launch = _launch_parts(site, kernel, stop, step)
         if launch is None:
             continue
-        rows, bound, like = launch
-        block = site.keyword(step)
-        assert block is not None and isinstance(block.value, cst.Integer)
+        rows, bound, like, block = launch
         meetings = _meetings(list(kernel.node.body.body), first, last, reductions)
         slots = sum(m.slots for m in meetings)
         new_kernel = _split_kernel(kernel, first, last, stop, step, meetings)
         helpers = list(cst.parse_module(HELPERS_SOURCE).body)
         helpers[0] = helpers[0].with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
         for split in splits:
-            call = _split_launch(site, rows, bound, like, step, block.value.value, split, slots)
+            call = _split_launch(site, rows, bound, like, step, block, split, slots)
             yield (
                 f"rows of {kernel.name} split over {split} programs that meet {len(meetings)} time(s) to combine "
                 f"{len(reductions)} reduction(s) ({step} -> a slice of {_code(bound)} / {split}, up to {MAX_BLOCK})",
                 [(kernel.node, cst.FlattenSentinel([*helpers, new_kernel])), (site.call, call)],
                 {"direction": "up", "split": split, "reductions": len(reductions), "meetings": len(meetings)},
             )
-
-
-def _imports_torch(module: cst.Module) -> bool:
-    return any(
-        isinstance(small, cst.Import)
-        and any(name_of(a.name) == "torch" and a.asname is None for a in small.names)
-        for statement in module.body
-        if isinstance(statement, cst.SimpleStatementLine)
-        for small in statement.body
-    )
 
 
 def _shape(kernel: KernelDef) -> tuple[int, int, str, str, list[cst.Call]] | None:
@@ -269,7 +257,8 @@ def _full_reduction(call: cst.Call) -> bool:
 
 
 def _launch_parts(site, kernel: KernelDef, stop: str, step: str):
-    """(rows, bound, a tensor argument) of the one launch, or ``None`` where its grid or block does not fit."""
+    """(rows, bound, a tensor argument, the literal block) of the one launch, or ``None`` where its grid or
+    block does not fit."""
     block = site.keyword(step)
     bound = _launch_argument(site, kernel, stop)
     if block is None or not isinstance(block.value, cst.Integer) or bound is None:
@@ -292,7 +281,7 @@ def _launch_parts(site, kernel: KernelDef, stop: str, step: str):
     positional = [a for a in site.call.args if a.keyword is None and a.star == ""]
     if not positional:
         return None
-    return rows, bound, positional[0].value
+    return rows, bound, positional[0].value, block.value.value
 
 
 class _RowFromPart(cst.CSTTransformer):

@@ -59,7 +59,7 @@ MAX_BLOCK = 8192
 
 def whole_row_changes(model: SourceModel) -> Iterator[tuple[str, Pairs, dict]]:
     """(description, pairs, detail) for each kernel whose row passes can read one block once."""
-    if not _imports_triton(model.module):
+    if not _imports(model.module):
         return
     for kernel in model.kernels.values():
         region = _passes(kernel)
@@ -97,12 +97,13 @@ def whole_row_changes(model: SourceModel) -> Iterator[tuple[str, Pairs, dict]]:
         )
 
 
-def _imports_triton(module: cst.Module) -> bool:
+def _imports(module: cst.Module, name: str = "triton") -> bool:
+    """Whether the module has a top-level ``import <name>`` (not aliased)."""
     for statement in module.body:
         if isinstance(statement, cst.SimpleStatementLine):
             for small in statement.body:
                 if isinstance(small, cst.Import) and any(
-                    name_of(alias.name) == "triton" and alias.asname is None for alias in small.names
+                    name_of(alias.name) == name and alias.asname is None for alias in small.names
                 ):
                     return True
     return False
