@@ -54,7 +54,9 @@ NORMAL_DECODE_SET_METADATA = Recipe(
         "page_size": 1,
         "seq_len_delta": 0,
     },
-    small={"batch_size": 5, "pool_size": 8, "max_context_len": 300},
+    # 16 rows: the table is zero past each row's live length, and with a handful of rows a run of short draws
+    # left 70 % of it zero now and then, which the evaluator rightly calls a degenerate reference.
+    small={"batch_size": 16, "pool_size": 32, "max_context_len": 300},
     config=("page_size", "seq_len_delta", "max_context_len"),
     make_inputs='''
 def make_inputs(batch_size, pool_size, max_context_len, page_size, seq_len_delta):
