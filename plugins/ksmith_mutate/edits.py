@@ -49,6 +49,7 @@ from ksmith_mutate.source_model import (
 )
 from ksmith_mutate.split_k import split_k_changes, split_k_steps
 from ksmith_mutate.split_row import split_row_changes
+from ksmith_mutate.template_tile import template_config_changes
 from ksmith_mutate.tma import tma_change
 from ksmith_mutate.whole_row import whole_row_changes
 
@@ -315,6 +316,7 @@ def _all_changes(model: SourceModel, limits: Limits) -> Iterator[_Change]:
         yield _change("constexpr_size", description, pairs, detail=detail)
     for kind, description, pairs, detail in attention_changes(model, limits.num_warps):
         yield _change(kind, description, pairs, safer=detail["direction"] == "down", detail=detail)
+    yield from _template_config_changes(model, limits)
     for site in model.launches:
         yield from _launch_changes(model, site, limits)
     for kernel in model.kernels.values():
@@ -558,6 +560,21 @@ def _gemm_config_changes(
         yield _change(
             "gemm_config",
             f"GEMM config -> {config.label()} (Inductor's mm template) in {label}",
+            pairs,
+            safer=shrinks,
+            detail={"config": list(config), "direction": "down" if shrinks else "up"},
+        )
+
+
+def _template_config_changes(model: SourceModel, limits: Limits) -> Iterator[_Change]:
+    """``gemm_config`` for Inductor's rendered GEMM templates, whose tile is a constant in the body and whose
+    grid is a literal (``template_tile.py``)."""
+    for kernel, config, pairs, shrinks in template_config_changes(
+        model, MAX_DOT_ACCUMULATOR, limits.shared_memory_bytes, limits.num_warps, limits.element_bytes
+    ):
+        yield _change(
+            "gemm_config",
+            f"GEMM config -> {config.label()} (Inductor's mm template) in {kernel}: its tile constants and grid",
             pairs,
             safer=shrinks,
             detail={"config": list(config), "direction": "down" if shrinks else "up"},

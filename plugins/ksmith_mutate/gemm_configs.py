@@ -102,6 +102,30 @@ def inductor_gemm_configs() -> tuple[GemmConfig, ...]:
     return tuple(dict.fromkeys(configs))  # unique, in Inductor's order
 
 
+def platform_configs(
+    max_accumulator: int,
+    shared_memory_bytes: int | None,
+    num_warps: tuple[int, ...] | None,
+    element_bytes: int,
+) -> Iterator[GemmConfig]:
+    """Inductor's configurations the platform can compile: an accumulator of at most ``max_accumulator``
+    elements, tiles that fit shared memory at ``element_bytes``, a ``num_warps`` it takes (``None``: any)."""
+    for config in inductor_gemm_configs():
+        if config.block_m * config.block_n > max_accumulator:
+            continue
+        if not fits_shared_memory(
+            config.block_m,
+            config.block_n,
+            config.block_k,
+            config.num_stages,
+            shared_memory_bytes,
+            element_bytes,
+        ):
+            continue
+        if num_warps is None or config.num_warps in num_warps:
+            yield config
+
+
 def tile_names(literals: dict[str, int]) -> dict[str, str] | None:
     """The literal keyword naming each dot axis (``{"M": "BLOCK_M", ...}``) when all three are there."""
     axes: dict[str, str] = {}
@@ -152,20 +176,7 @@ def gemm_config_changes(
         return  # a grid literal inside the launch call itself: rebuilding the call would lose its edit
     current = (literals[names["M"]], literals[names["N"]], literals[names["K"]])
     group = next((n for n in GROUP_NAMES if n in literals), None)
-    for config in inductor_gemm_configs():
-        if config.block_m * config.block_n > max_accumulator:
-            continue
-        if not fits_shared_memory(
-            config.block_m,
-            config.block_n,
-            config.block_k,
-            config.num_stages,
-            shared_memory_bytes,
-            element_bytes,
-        ):
-            continue
-        if num_warps is not None and config.num_warps not in num_warps:
-            continue
+    for config in platform_configs(max_accumulator, shared_memory_bytes, num_warps, element_bytes):
         wanted = {
             names["M"]: config.block_m,
             names["N"]: config.block_n,
