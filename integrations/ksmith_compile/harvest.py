@@ -6,7 +6,10 @@ The model's Dynamo graphs (the ones ``backend="kernelsmith"`` receives) are cut 
   residual + norm, ...) between the nodes Inductor would not fuse into them (matmuls, views, indexing,
   attention). A region with several outputs is cut at its earliest output until each piece has one, since a
   library entry replaces one output;
-- **matmuls with their epilogue**: each matmul and the chain of fusible nodes that is its only consumer.
+- **matmuls with their epilogue**: each matmul and the chain of fusible nodes that is its only consumer;
+- **matmul pairs**: two ``linear``s of one input whose epilogue chains meet in one node (Llama's gate and up
+  projections with ``silu(gate) * up``): one kernel can read the input once, stream both weights and never
+  write the two products, where Inductor calls two GEMMs and a pointwise kernel.
 
 Each region becomes a problem whose ``Model.forward`` is the region's own code as Dynamo recorded it, at the
 model's real shapes and dtypes, so that Dynamo captures the same graph from it and the library entry evolved
@@ -73,7 +76,7 @@ class Harvested:
     """One written problem: its source, and where in the model the region occurs."""
 
     name: str
-    kind: str  # "fusible" or "matmul"
+    kind: str  # "fusible", "matmul" or "matmuls" (a pair of one input)
     source: str
     ops: list[str]
     inputs: list[dict[str, Any]]
@@ -136,6 +139,7 @@ def find_regions(gm: torch.fx.GraphModule) -> list[tuple[str, list[torch.fx.Node
         for piece in _single_output(component, order):
             if len(piece) >= 2:  # a lone pointwise op is Inductor's business
                 regions.append(("fusible", sorted(piece, key=order.__getitem__)))
+    chains: dict[torch.fx.Node, list[list[torch.fx.Node]]] = {}  # last node -> the chains ending there
     for node in gm.graph.nodes:
         if not is_matmul(node):
             continue
@@ -144,8 +148,20 @@ def find_regions(gm: torch.fx.GraphModule) -> list[tuple[str, list[torch.fx.Node
             cur = next(iter(cur.users))
             chain.append(cur)
         regions.append(("matmul", chain))
-    regions.sort(key=lambda r: order[r[1][0]])
+        chains.setdefault(cur, []).append(chain)
+    for ending in chains.values():
+        if len(ending) == 2 and _linears_of_one_input(ending[0][0], ending[1][0]):
+            regions.append(("matmuls", sorted({*ending[0], *ending[1]}, key=order.__getitem__)))
+    regions.sort(key=lambda r: (order[r[1][0]], r[0]))
     return regions
+
+
+def _is_linear(node: torch.fx.Node) -> bool:
+    return node.op == "call_function" and node.target in (torch._C._nn.linear, F.linear)
+
+
+def _linears_of_one_input(a: torch.fx.Node, b: torch.fx.Node) -> bool:
+    return _is_linear(a) and _is_linear(b) and bool(a.args) and bool(b.args) and a.args[0] is b.args[0]
 
 
 def _op_name(node: torch.fx.Node) -> str:
@@ -230,7 +246,8 @@ def region_problem(
     for a in activations:
         lines.append(f"        {_randn(a) if _value(a).dtype.is_floating_point else _init_expr(_value(a))},")
     lines += ["    ]", "", "", "def get_init_inputs():", "    return []", ""]
-    seed = _linear_seed(nodes, activations, weights, origin)
+    seed = _gate_up_seed(nodes, activations, weights) if kind == "matmuls" else None
+    seed = seed or _linear_seed(nodes, activations, weights, origin)
     return "\n".join(lines), ops, inputs, seed
 
 
@@ -342,6 +359,98 @@ def _linear_seed(
         args="in0, in1" if epilogue else "in0",
         other="in1.reshape(M, N).contiguous()" if epilogue else "out  # unused",
         epilogue=epilogue,
+    )
+
+
+_GATE_UP_SEED = '''"""Seed for a harvested gate/up pair, silu(in0 @ gate.T) * (in0 @ up.T): one Triton kernel streams both
+weights over one read of the input and writes only the product (written by ksmith harvest)."""
+
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _gate_up_kernel(
+    x_ptr, wg_ptr, wu_ptr, out_ptr, M, N, K,
+    IEEE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+):
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    acc_g = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    acc_u = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        rk = k0 + tl.arange(0, BLOCK_K)
+        x = tl.load(x_ptr + rm[:, None] * K + rk[None, :], mask=(rm[:, None] < M) & (rk[None, :] < K), other=0.0)
+        w_mask = (rn[None, :] < N) & (rk[:, None] < K)
+        wg = tl.load(wg_ptr + rn[None, :] * K + rk[:, None], mask=w_mask, other=0.0)
+        wu = tl.load(wu_ptr + rn[None, :] * K + rk[:, None], mask=w_mask, other=0.0)
+        if IEEE:
+            acc_g += tl.dot(x, wg, input_precision="ieee")
+            acc_u += tl.dot(x, wu, input_precision="ieee")
+        else:
+            acc_g += tl.dot(x, wg)
+            acc_u += tl.dot(x, wu)
+    # Each step rounded to the output dtype as eager does: both products, the SiLU, the product of the two.
+    gate = acc_g.to(out_ptr.dtype.element_ty).to(tl.float32)
+    up = acc_u.to(out_ptr.dtype.element_ty)
+    y = (gate / (1.0 + tl.exp(-gate))).to(out_ptr.dtype.element_ty) * up
+    mask = (rm[:, None] < M) & (rn[None, :] < N)
+    tl.store(out_ptr + rm[:, None] * N + rn[None, :], y, mask=mask)
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.p0 = nn.Parameter({init0})
+        self.p1 = nn.Parameter({init1})
+
+    def forward(self, in0):
+        x = in0.reshape(-1, in0.shape[-1]).contiguous()
+        gate, up = self.{gate}.contiguous(), self.{up}.contiguous()
+        M, K = x.shape
+        N = gate.shape[0]
+        out = torch.empty((M, N), dtype=in0.dtype, device=in0.device)
+        grid = (triton.cdiv(M, 16), triton.cdiv(N, 64))
+        _gate_up_kernel[grid](
+            x, gate, up, out, M, N, K, IEEE=x.dtype == torch.float32, BLOCK_M=16, BLOCK_N=64, BLOCK_K=32
+        )
+        return out.reshape(*in0.shape[:-1], N)
+'''
+
+
+def _gate_up_seed(
+    nodes: list[torch.fx.Node], activations: list[torch.fx.Node], weights: list[torch.fx.Node]
+) -> str | None:
+    """The pair kernel's seed for ``silu(linear(x, a)) * linear(x, b)`` (either operand order, no bias), else
+    None."""
+    linears = [n for n in nodes if _is_linear(n)]
+    rest = [n for n in nodes if not _is_linear(n)]
+    if len(nodes) != 4 or len(linears) != 2 or len(activations) != 1 or len(weights) != 2:
+        return None
+    if any(
+        n.kwargs or len(n.args) not in (2, 3) or (len(n.args) == 3 and n.args[2] is not None) for n in linears
+    ):
+        return None
+    silu, mul = rest
+    if _epilogue_name(silu) != "silu" or silu.kwargs.get("inplace", False) or len(silu.args) != 1:
+        return None
+    gate = silu.args[0]
+    up = next((n for n in linears if n is not gate), None)
+    if gate not in linears or up is None or _epilogue_name(mul) != "mul" or set(mul.args) != {silu, up}:
+        return None
+    x, wg, wu = _value(activations[0]), _value(gate.args[1]), _value(up.args[1])
+    if wg.dim() != 2 or wg.shape != wu.shape or not x.dtype == wg.dtype == wu.dtype:
+        return None
+    names = {w: f"p{i}" for i, w in enumerate(weights)}
+    return _GATE_UP_SEED.format(
+        init0=_init_expr(_value(weights[0])),
+        init1=_init_expr(_value(weights[1])),
+        gate=names[gate.args[1]],
+        up=names[up.args[1]],
     )
 
 

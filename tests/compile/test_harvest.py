@@ -14,7 +14,7 @@ from ksmith_compile.harvest import harvest  # noqa: E402
 from ksmith_core.loading import load_problem  # noqa: E402
 
 from .conftest import DATA, ksmith  # noqa: E402
-from .helpers import tiny_llama  # noqa: E402
+from .helpers import tiny_llama, triton_launches  # noqa: E402
 
 
 @pytest.mark.slow
@@ -87,6 +87,68 @@ def test_a_harvested_problem_evolved_and_exported_swaps_back_into_the_model(tmp_
         "hidden_states_2", "hidden_states_8"
     ]  # fmt: skip
     assert [node for entry, node in swapped if entry == gemm["problem"]] == ["hidden_states_5"]
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.slow
+def test_a_gate_up_pair_of_one_input_is_one_problem_with_a_fused_seed(tmp_path):
+    """The pair's seed names its weights as the problem does, whichever projection the model computes first;
+    two projections of different inputs are no pair."""
+    out = tmp_path / "out"
+    summary = harvest(DATA / "gate_up_mlp.py", out)
+    pairs = [p for p in summary["problems"] if p["kind"] == "matmuls"]
+    assert [p["ops"] for p in pairs] == [["linear", "linear", "silu", "mul"]]  # up first, as the model runs
+    (pair,) = pairs
+    assert pair["inputs"] == [{"shape": [6, 48], "dtype": "float32"}] and pair["occurrences"] == ["0:mul"]
+    seed = (out / pair["seed"]).read_text()
+    assert "gate, up = self.p1.contiguous(), self.p0.contiguous()" in seed  # p0 is the up weight here
+    proc = ksmith("eval", out / pair["file"], out / pair["seed"], "--device", "cpu", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["status"] == "ok"
+    # A seed with the weights the other way round computes silu(up) * gate: the evaluator says so.
+    swapped = seed.replace(
+        "self.p1.contiguous(), self.p0.contiguous()", "self.p0.contiguous(), self.p1.contiguous()"
+    )
+    (out / "swapped.seed.py").write_text(swapped)
+    proc = ksmith("eval", out / pair["file"], out / "swapped.seed.py", "--device", "cpu", "--json")
+    assert json.loads(proc.stdout)["status"] == "incorrect"
+
+
+@pytest.mark.slow
+def test_a_gate_up_pair_evolved_and_exported_swaps_back_as_one_kernel(tmp_path):
+    out = tmp_path / "problems"
+    summary = harvest(DATA / "tiny_llama.py", out)
+    (pair,) = [p for p in summary["problems"] if p["kind"] == "matmuls"]
+    assert pair["ops"] == ["linear", "silu", "linear", "mul"] and pair["seed"]
+    proc = ksmith(
+        "evolve",
+        out / pair["file"],
+        "--budget",
+        "1",
+        "--device",
+        "cpu",
+        "--run-dir",
+        tmp_path / "run",
+        "--json",
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["best"]["status"] == "ok"
+    proc = ksmith("export", tmp_path / "run", "--target", "library", "-o", tmp_path / "lib")
+    assert proc.returncode == 0, proc.stderr
+
+    from ksmith_compile.library import load_library
+
+    (entry,) = load_library(tmp_path / "lib").entries
+    model, inputs = tiny_llama()
+    with torch.no_grad():
+        want = model(*inputs)
+        torch._dynamo.reset()
+        with Recorder() as recorder, triton_launches(entry) as launched:
+            compiled = torch.compile(model, backend="kernelsmith", options={"library": str(tmp_path / "lib")})
+            got = compiled(*inputs)
+    swapped = [(r.entry, r.region.split("@")[1]) for r in recorder.regions if r.swapped]
+    assert swapped == [(pair["problem"], "mul_11")]  # both projections and the product: one kernel
+    assert launched == ["_gate_up_kernel"]
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
 
 
