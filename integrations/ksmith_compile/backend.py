@@ -15,7 +15,8 @@
 
 Each entry's pattern (its reference ``Model.forward`` captured with Dynamo) is matched against the graph
 (``SubgraphMatcher``: same targets, same literal arguments, internal nodes used nowhere else). A match is
-replaced by the entry's operator only when the graph's example values of every pattern input have the exact
+replaced by the entry's operator (each output of a pattern with several by its item of the operator's list)
+only when the graph's example values of every pattern input have the exact
 shape, strides, dtype and device the kernel was verified on and its output needs no gradient; otherwise the
 subgraph stays as it is. The graph then goes to ``compile_fx``, so with no swap the result is Inductor's.
 """
@@ -23,6 +24,7 @@ subgraph stays as it is. The graph then goes to ``compile_fx``, so with no swap 
 from __future__ import annotations
 
 import logging
+import operator
 import os
 import sys
 from dataclasses import asdict, dataclass
@@ -214,8 +216,8 @@ def _inputs(entry: Entry, match: Any, replaced: dict[torch.fx.Node, torch.fx.Nod
 
 
 def _why_not(entry: Entry, match: Any, replaced: dict[torch.fx.Node, torch.fx.Node]) -> str | None:
-    if len(match.returning_nodes) != 1:
-        return "pattern matched with several outputs"
+    if len(match.returning_nodes) != entry.outputs:
+        return f"pattern matched with {len(match.returning_nodes)} outputs, the entry returns {entry.outputs}"
     nodes = _inputs(entry, match, replaced)
     values = [n.meta.get("example_value") for n in nodes]
     if any(v is None for v in values):
@@ -223,11 +225,17 @@ def _why_not(entry: Entry, match: Any, replaced: dict[torch.fx.Node, torch.fx.No
     guard = entry.accepts(values)
     if guard is not None:
         return f"guard failed: {guard}"
-    out = match.returning_nodes[0].meta.get("example_value")
-    if not isinstance(out, torch.Tensor):
-        return "the matched region does not return one tensor"
-    if out.requires_grad:
-        return "output requires grad (no backward registered for the kernel)"
+    for anchor in match.returning_nodes:
+        out = anchor.meta.get("example_value")
+        if not isinstance(out, torch.Tensor):
+            return "the matched region does not return tensors"
+        if out.requires_grad:
+            return "output requires grad (no backward registered for the kernel)"
+    if entry.outputs > 1:
+        order = {n: i for i, n in enumerate(match.returning_nodes[0].graph.nodes)}
+        first = min(order[a] for a in match.returning_nodes)
+        if any(order[n] > first for n in nodes):
+            return "an input of the match is computed after its first output"
     return None
 
 
@@ -266,14 +274,22 @@ def _replace(
     gm: torch.fx.GraphModule, entry: Entry, match: Any, replaced: dict[torch.fx.Node, torch.fx.Node]
 ) -> None:
     args = tuple(_inputs(entry, match, replaced))
-    anchor = match.returning_nodes[0]
-    with gm.graph.inserting_before(anchor):
+    anchors = list(match.returning_nodes)
+    order = {n: i for i, n in enumerate(gm.graph.nodes)}
+    with gm.graph.inserting_before(min(anchors, key=order.__getitem__)):  # before any output is used
         node = gm.graph.call_function(entry.op, args)
-    node.meta = {
-        k: v for k, v in anchor.meta.items() if k in ("example_value", "stack_trace", "nn_module_stack")
-    }
-    anchor.replace_all_uses_with(node)
-    replaced[anchor] = node
+        # Several outputs (a group of projections): the operator returns a list, each output one item of it.
+        outs = (
+            [node]
+            if entry.outputs == 1
+            else [gm.graph.call_function(operator.getitem, (node, i)) for i in range(len(anchors))]
+        )
+    for anchor, out in zip(anchors, outs):
+        out.meta = {
+            k: v for k, v in anchor.meta.items() if k in ("example_value", "stack_trace", "nn_module_stack")
+        }
+        anchor.replace_all_uses_with(out)
+        replaced[anchor] = out
     internal = [match.nodes_map[p] for p in _pattern_inner(entry) if p in match.nodes_map]
     for old in reversed(internal):  # pattern order is topological: erase users before their inputs
         if not old.users:

@@ -7,9 +7,11 @@ The model's Dynamo graphs (the ones ``backend="kernelsmith"`` receives) are cut 
   attention). A region with several outputs is cut at its earliest output until each piece has one, since a
   library entry replaces one output;
 - **matmuls with their epilogue**: each matmul and the chain of fusible nodes that is its only consumer;
-- **matmul pairs**: two ``linear``s of one input whose epilogue chains meet in one node (Llama's gate and up
-  projections with ``silu(gate) * up``): one kernel can read the input once, stream both weights and never
-  write the two products, where Inductor calls two GEMMs and a pointwise kernel.
+- **matmul groups** (kind ``matmuls``): two ``linear``s of one input whose epilogue chains meet in one node
+  (Llama's gate and up projections with ``silu(gate) * up``): one kernel can read the input once, stream both
+  weights and never write the two products, where Inductor calls two GEMMs and a pointwise kernel; and
+  ``linear``s of one input with no epilogue (Llama's q, k and v projections), one problem returning each
+  projection: one launch instead of one a projection.
 
 Each region becomes a problem whose ``Model.forward`` is the region's own code as Dynamo recorded it, at the
 model's real shapes and dtypes, so that Dynamo captures the same graph from it and the library entry evolved
@@ -76,7 +78,7 @@ class Harvested:
     """One written problem: its source, and where in the model the region occurs."""
 
     name: str
-    kind: str  # "fusible", "matmul" or "matmuls" (a pair of one input)
+    kind: str  # "fusible", "matmul" or "matmuls" (a group of projections of one input)
     source: str
     ops: list[str]
     inputs: list[dict[str, Any]]
@@ -152,8 +154,18 @@ def find_regions(gm: torch.fx.GraphModule) -> list[tuple[str, list[torch.fx.Node
     for ending in chains.values():
         if len(ending) == 2 and _linears_of_one_input(ending[0][0], ending[1][0]):
             regions.append(("matmuls", sorted({*ending[0], *ending[1]}, key=order.__getitem__)))
+    bare: dict[torch.fx.Node, list[torch.fx.Node]] = {}  # input -> the linears of it with no epilogue
+    for chain in (c for c in (r[1] for r in regions if r[0] == "matmul") if len(c) == 1 and _is_linear(c[0])):
+        if chain[0].args:
+            bare.setdefault(chain[0].args[0], []).append(chain[0])
+    for group in bare.values():
+        if 2 <= len(group) <= MAX_GROUP:
+            regions.append(("matmuls", group))
     regions.sort(key=lambda r: (order[r[1][0]], r[0]))
     return regions
+
+
+MAX_GROUP = 3  # projections of one input written as one problem (q, k and v); the seed kernel takes this many
 
 
 def _is_linear(node: torch.fx.Node) -> bool:
@@ -193,12 +205,10 @@ def region_problem(
     for a in external:
         if not isinstance(_value(a), torch.Tensor):
             return f"input {a.name} is not a tensor"
-    out = nodes[-1]
-    if (
-        len(_outputs(inside)) != 1
-        or _outputs(inside)[0] is not out
-        or not isinstance(_value(out), torch.Tensor)
-    ):
+    outs = [n for n in nodes if n in set(_outputs(inside))]  # in graph order
+    if not all(isinstance(_value(o), torch.Tensor) for o in outs):
+        return "the region does not end in tensors"
+    if outs != [nodes[-1]] and not (kind == "matmuls" and len(outs) > 1):
         return "the region does not end in one tensor"
     graph = torch.fx.Graph()
     root = torch.nn.Module()
@@ -214,7 +224,7 @@ def region_problem(
         env[n] = graph.node_copy(n, lambda a: env[a])
         env[n].meta = {}
         env[n]._rename(f"t{i}")  # names from the model's graph would keep identical regions apart
-    graph.output(env[out])
+    graph.output(env[outs[0]] if len(outs) == 1 else tuple(env[o] for o in outs))
     code = graph.python_code("self")  # names it needs beyond torch fail in matches_back(), which runs it
     body = code.src.strip().splitlines()
     signature = ", ".join(["self", *(f"in{i}" for i in range(len(activations)))])
@@ -246,7 +256,11 @@ def region_problem(
     for a in activations:
         lines.append(f"        {_randn(a) if _value(a).dtype.is_floating_point else _init_expr(_value(a))},")
     lines += ["    ]", "", "", "def get_init_inputs():", "    return []", ""]
-    seed = _gate_up_seed(nodes, activations, weights) if kind == "matmuls" else None
+    seed = (
+        (_gate_up_seed(nodes, activations, weights) or _grouped_seed(nodes, activations, weights))
+        if kind == "matmuls"
+        else None
+    )
     seed = seed or _linear_seed(nodes, activations, weights, origin)
     return "\n".join(lines), ops, inputs, seed
 
@@ -431,9 +445,7 @@ def _gate_up_seed(
     rest = [n for n in nodes if not _is_linear(n)]
     if len(nodes) != 4 or len(linears) != 2 or len(activations) != 1 or len(weights) != 2:
         return None
-    if any(
-        n.kwargs or len(n.args) not in (2, 3) or (len(n.args) == 3 and n.args[2] is not None) for n in linears
-    ):
+    if not all(_no_bias(n) for n in linears):
         return None
     silu, mul = rest
     if _epilogue_name(silu) != "silu" or silu.kwargs.get("inplace", False) or len(silu.args) != 1:
@@ -452,6 +464,89 @@ def _gate_up_seed(
         gate=names[gate.args[1]],
         up=names[up.args[1]],
     )
+
+
+_GROUPED_SEED = '''"""Seed for a harvested group of {count} projections of one input, in0 @ w.T for each w: one Triton launch,
+its third grid axis picking the projection (written by ksmith harvest)."""
+
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _grouped_linear_kernel(
+    x_ptr, w0_ptr, w1_ptr, w2_ptr, o0_ptr, o1_ptr, o2_ptr, N0, N1, N2, M, K,
+    IEEE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+):
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    which = tl.program_id(2)
+    w_ptr, o_ptr, N = w0_ptr, o0_ptr, N0
+    if which == 1:
+        w_ptr, o_ptr, N = w1_ptr, o1_ptr, N1
+    if which == 2:
+        w_ptr, o_ptr, N = w2_ptr, o2_ptr, N2
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        rk = k0 + tl.arange(0, BLOCK_K)
+        x = tl.load(x_ptr + rm[:, None] * K + rk[None, :], mask=(rm[:, None] < M) & (rk[None, :] < K), other=0.0)
+        w = tl.load(w_ptr + rn[None, :] * K + rk[:, None], mask=(rn[None, :] < N) & (rk[:, None] < K), other=0.0)
+        if IEEE:
+            acc += tl.dot(x, w, input_precision="ieee")
+        else:
+            acc += tl.dot(x, w)
+    mask = (rm[:, None] < M) & (rn[None, :] < N)
+    tl.store(o_ptr + rm[:, None] * N + rn[None, :], acc.to(o_ptr.dtype.element_ty), mask=mask)
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+{params}
+
+    def forward(self, in0):
+        x = in0.reshape(-1, in0.shape[-1]).contiguous()
+        ws = [w.contiguous() for w in ({weights})]
+        M, K = x.shape
+        outs = [torch.empty((M, w.shape[0]), dtype=in0.dtype, device=in0.device) for w in ws]
+        w3, o3 = ws + ws[-1:] * (3 - len(ws)), outs + outs[-1:] * (3 - len(outs))
+        n3 = [w.shape[0] for w in ws] + [0] * (3 - len(ws))  # a missing projection has no columns
+        grid = (triton.cdiv(M, 16), triton.cdiv(max(n3), 64), len(ws))
+        _grouped_linear_kernel[grid](
+            x, *w3, *o3, *n3, M, K, IEEE=x.dtype == torch.float32, BLOCK_M=16, BLOCK_N=64, BLOCK_K=32
+        )
+        return tuple(o.reshape(*in0.shape[:-1], o.shape[-1]) for o in outs)
+'''
+
+
+def _grouped_seed(
+    nodes: list[torch.fx.Node], activations: list[torch.fx.Node], weights: list[torch.fx.Node]
+) -> str | None:
+    """The grouped kernel's seed for ``linear(x, w_i)`` projections of one input (no bias), else None."""
+    if not 2 <= len(nodes) <= MAX_GROUP or len(activations) != 1 or len(weights) != len(nodes):
+        return None
+    if not all(_is_linear(n) and _no_bias(n) for n in nodes):
+        return None
+    x = _value(activations[0])
+    values = [_value(n.args[1]) for n in nodes]
+    if any(w.dim() != 2 or w.dtype != x.dtype or w.shape[1] != x.shape[-1] for w in values):
+        return None
+    names = {w: f"p{i}" for i, w in enumerate(weights)}
+    return _GROUPED_SEED.format(
+        count=len(nodes),
+        params="\n".join(
+            f"        self.p{i} = nn.Parameter({_init_expr(_value(w))})" for i, w in enumerate(weights)
+        ),
+        weights=", ".join(f"self.{names[n.args[1]]}" for n in nodes) + ",",
+    )
+
+
+def _no_bias(node: torch.fx.Node) -> bool:
+    return not node.kwargs and len(node.args) in (2, 3) and (len(node.args) == 2 or node.args[2] is None)
 
 
 def _epilogue_name(node: torch.fx.Node) -> str:

@@ -10,7 +10,8 @@ of that size's inputs). Loading an entry:
    in the user's Dynamo graph, whose placeholders are either forward inputs or the model's parameters/buffers;
 3. registers one ``torch.library.custom_op`` per entry (``kernelsmith::<problem>_<hash>``) that launches the
    evolved kernel when its inputs have exactly the verified shapes, strides, dtypes and device, and runs the
-   reference otherwise;
+   reference otherwise; an entry whose ``Model.forward`` returns several tensors (a group of projections of
+   one input) returns them as a list;
 4. checks it: the kernel against the reference on fresh parameters and inputs (the problem's tolerances), and
    ``torch.library.opcheck``;
 5. on a GPU, registers the same computation once more as a ``torch.library.triton_op``
@@ -89,6 +90,7 @@ class Entry:
     fallbacks: int = 0  # times the guards sent a call to the reference instead
     inlined: int = 0  # times a compiler traced the evolved kernel into its graph (the triton_op path)
     inline_reason: str = ""  # why the entry is swapped as an opaque custom op and not inlined ("" if inlined)
+    outputs: int = 1  # tensors Model.forward returns (a group of projections of one input returns several)
 
     @property
     def pattern_size(self) -> int:
@@ -291,6 +293,7 @@ def load_entry(directory: Path) -> Entry:
         float(measured) if isinstance(measured, (int, float)) and not verdict.get("interpreted") else None
     )
     entry = Entry(name, directory, device_type, pattern, slots, None, reference, kernel, speedup)
+    entry.outputs = len(pattern_outputs(pattern))
     entry.op = _register_op(entry, f"{slug}_{digest}")
     _check(entry, problem_file, name)
     _inline(entry, f"{slug}_{digest}_inline")
@@ -330,14 +333,20 @@ def capture_pattern(model: torch.nn.Module, inputs: list[Any]) -> tuple[torch.fx
         if key is None or not isinstance(example, torch.Tensor):
             raise EntryError(f"pattern input {node.name} is neither a forward input nor a parameter")
         slots.append(Slot(kind, key, tuple(example.shape), tuple(example.stride()), example.dtype))
-    outputs = next(n for n in gm.graph.nodes if n.op == "output").args[0]
-    if not (
-        isinstance(outputs, (tuple, list)) and len(outputs) == 1 and isinstance(outputs[0], torch.fx.Node)
-    ):
-        raise EntryError("Model.forward must return one tensor")
-    if outputs[0].op == "placeholder":
+    outputs = pattern_outputs(gm)
+    if not outputs or not all(isinstance(o, torch.fx.Node) for o in outputs):
+        raise EntryError("Model.forward must return one tensor or a tuple of tensors")
+    if any(o.op == "placeholder" for o in outputs):
         raise EntryError("Model.forward returns an input unchanged")
+    if len(set(outputs)) != len(outputs):
+        raise EntryError("Model.forward returns the same tensor twice")
     return gm, slots
+
+
+def pattern_outputs(gm: torch.fx.GraphModule) -> list[Any]:
+    """What a captured ``Model.forward`` returns, in order (Dynamo's output node holds a tuple)."""
+    outputs = next(n for n in gm.graph.nodes if n.op == "output").args[0]
+    return list(outputs) if isinstance(outputs, (tuple, list)) else [outputs]
 
 
 def _split(entry: Entry, args: Sequence[torch.Tensor]) -> tuple[list[Any], dict[str, torch.Tensor]]:
@@ -360,15 +369,18 @@ def _register_op(entry: Entry, op_name: str) -> Any:
             return custom._opoverload
         holder = [entry]
 
-        def run(*args: torch.Tensor) -> torch.Tensor:
+        def run(*args: torch.Tensor) -> Any:
             return _compute(holder[0], args, traced=False)
 
-        def fake(*args: torch.Tensor) -> torch.Tensor:
+        def fake(*args: torch.Tensor) -> Any:
             inputs, state = _split(holder[0], args)
             out = torch.func.functional_call(holder[0].reference, state, tuple(inputs))
-            return out.new_empty(out.shape)  # contiguous, as the kernel's output is checked to be
+            if holder[0].outputs == 1:
+                return out.new_empty(out.shape)  # contiguous, as the kernel's output is checked to be
+            return [o.new_empty(o.shape) for o in out]
 
-        schema = "(" + ", ".join(f"Tensor a{i}" for i in range(len(entry.slots))) + ") -> Tensor"
+        returns = "Tensor" if entry.outputs == 1 else "Tensor[]"
+        schema = "(" + ", ".join(f"Tensor a{i}" for i in range(len(entry.slots))) + f") -> {returns}"
         custom = torch.library.custom_op(qualified, run, mutates_args=(), schema=schema)
         custom.register_fake(fake)
         custom._ksmith_entry = holder
@@ -376,8 +388,9 @@ def _register_op(entry: Entry, op_name: str) -> Any:
         return custom._opoverload
 
 
-def _compute(entry: Entry, args: Sequence[torch.Tensor], traced: bool) -> torch.Tensor:
-    """The entry's computation on ``args``: the evolved kernel inside its guards, the reference outside."""
+def _compute(entry: Entry, args: Sequence[torch.Tensor], traced: bool) -> Any:
+    """The entry's computation on ``args``: the evolved kernel inside its guards, the reference outside (a
+    list of tensors where the entry returns several)."""
     inputs, state = _split(entry, args)
     if entry.accepts(args) is None:
         module = entry.kernel
@@ -390,7 +403,9 @@ def _compute(entry: Entry, args: Sequence[torch.Tensor], traced: bool) -> torch.
         entry.fallbacks += 0 if traced else 1
     with _traceable_launches() if traced else contextlib.nullcontext():
         out = torch.func.functional_call(module, state, tuple(inputs))
-    return out.clone() if any(out is a for a in args) else out
+    if entry.outputs == 1:
+        return out.clone() if any(out is a for a in args) else out
+    return [o.clone() if any(o is a for a in args) else o for o in out]
 
 
 @contextlib.contextmanager
@@ -430,7 +445,7 @@ def _register_inline_op(entry: Entry, op_name: str) -> Any:
             return op._opoverload
         holder = [entry]
 
-        def inline(*args: torch.Tensor) -> torch.Tensor:
+        def inline(*args: torch.Tensor) -> Any:
             # Eager calls come with wrap_triton switched off (plain tensors: launch directly); compilers trace
             # with it on, and then each launch must become a traceable call.
             return _compute(holder[0], args, traced=is_wrap_triton_enabled())
@@ -438,7 +453,7 @@ def _register_inline_op(entry: Entry, op_name: str) -> Any:
         tensor = inspect.Parameter.POSITIONAL_OR_KEYWORD
         inline.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
             [inspect.Parameter(f"a{i}", tensor, annotation=torch.Tensor) for i in range(len(entry.slots))],
-            return_annotation=torch.Tensor,
+            return_annotation=torch.Tensor if entry.outputs == 1 else list[torch.Tensor],
         )
         op = torch.library.triton_op(qualified, inline, mutates_args=())
         op._ksmith_entry = holder
@@ -499,6 +514,20 @@ def _check(entry: Entry, problem_file: Path, name: str) -> None:
             raise EntryError("the evolved kernel did not run on its verified inputs")
         inputs, state = _split(entry, args)
         want = torch.func.functional_call(entry.reference, state, tuple(inputs))
+    if entry.outputs == 1:
+        got, want = [got], [want]
+    if not isinstance(got, (list, tuple)) or len(got) != len(want):
+        raise EntryError(f"kernel returns {_describe(got)} where the reference returns {len(want)} tensors")
+    for g, w in zip(got, want):
+        _check_output(g, w, tolerances)
+    report = torch.library.opcheck(entry.op, tuple(args))
+    failed = [k for k, v in report.items() if v != "SUCCESS"]
+    if failed:
+        raise EntryError(f"torch.library.opcheck failed: {failed[0]}: {str(report[failed[0]])[:200]}")
+    entry.calls = 0  # count only the model's calls
+
+
+def _check_output(got: Any, want: torch.Tensor, tolerances: Any) -> None:
     if not isinstance(got, torch.Tensor) or got.shape != want.shape or got.dtype != want.dtype:
         raise EntryError(f"kernel returns {_describe(got)} where the reference returns {_describe(want)}")
     if not got.is_contiguous():
@@ -509,11 +538,6 @@ def _check(entry: Entry, problem_file: Path, name: str) -> None:
     if not torch.allclose(got.float(), want.float(), atol=atol, rtol=rtol, equal_nan=True):
         diff = (got.float() - want.float()).abs().max().item()
         raise EntryError(f"kernel disagrees with its reference (max abs diff {diff:.3g}, atol {atol:g})")
-    report = torch.library.opcheck(entry.op, tuple(args))
-    failed = [k for k, v in report.items() if v != "SUCCESS"]
-    if failed:
-        raise EntryError(f"torch.library.opcheck failed: {failed[0]}: {str(report[failed[0]])[:200]}")
-    entry.calls = 0  # count only the model's calls
 
 
 def _describe(value: Any) -> str:

@@ -115,14 +115,23 @@ def test_a_gate_up_pair_of_one_input_is_one_problem_with_a_fused_seed(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_gate_up_pair_evolved_and_exported_swaps_back_as_one_kernel(tmp_path):
+@pytest.mark.parametrize(
+    "ops, outputs, node, kernel",
+    [
+        (["linear", "silu", "linear", "mul"], 1, "mul_11", "_gate_up_kernel"),  # gate and up, silu(g) * u
+        (["linear", "linear", "linear"], 3, "linear", "_grouped_linear_kernel"),  # q, k and v
+    ],
+)
+def test_a_group_of_projections_evolved_and_exported_swaps_back_as_one_kernel(
+    tmp_path, ops, outputs, node, kernel
+):
     out = tmp_path / "problems"
     summary = harvest(DATA / "tiny_llama.py", out)
-    (pair,) = [p for p in summary["problems"] if p["kind"] == "matmuls"]
-    assert pair["ops"] == ["linear", "silu", "linear", "mul"] and pair["seed"]
+    (group,) = [p for p in summary["problems"] if p["kind"] == "matmuls" and p["ops"] == ops]
+    assert group["seed"]
     proc = ksmith(
         "evolve",
-        out / pair["file"],
+        out / group["file"],
         "--budget",
         "1",
         "--device",
@@ -139,6 +148,7 @@ def test_a_gate_up_pair_evolved_and_exported_swaps_back_as_one_kernel(tmp_path):
     from ksmith_compile.library import load_library
 
     (entry,) = load_library(tmp_path / "lib").entries
+    assert entry.outputs == outputs
     model, inputs = tiny_llama()
     with torch.no_grad():
         want = model(*inputs)
@@ -147,8 +157,8 @@ def test_a_gate_up_pair_evolved_and_exported_swaps_back_as_one_kernel(tmp_path):
             compiled = torch.compile(model, backend="kernelsmith", options={"library": str(tmp_path / "lib")})
             got = compiled(*inputs)
     swapped = [(r.entry, r.region.split("@")[1]) for r in recorder.regions if r.swapped]
-    assert swapped == [(pair["problem"], "mul_11")]  # both projections and the product: one kernel
-    assert launched == ["_gate_up_kernel"]
+    assert swapped == [(group["problem"], node)]  # every projection of the group: one kernel
+    assert launched == [kernel]
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
 
 
