@@ -14,10 +14,12 @@ as ``cdiv(M, BLOCK_M) * cdiv(N, BLOCK_N)`` (the template's own ``grid_m * grid_n
 
 Recognised only where the template's contract can be read and checked, so the edit never changes what is
 computed: the three ``BLOCK_*`` constants and ``M``/``N``/``K`` as integer literals at the kernel's top level,
-``grid_m``/``grid_n`` computed from them as the template does, one launch of the kernel whose grid is a
-literal tuple (inline or one assignment) whose first element is that product today, and literal ``num_warps``
-and ``num_stages`` there. The K loop of a template rendered with ``EVEN_K = True`` loads without masks, so
-only a ``BLOCK_K`` dividing ``K`` is offered there; one rendered with masks takes any.
+``grid_m``/``grid_n`` computed from them as the template does, and at every launch of the kernel a literal
+grid tuple whose first element is that product today (inline, or assigned in the statement right before the
+launch and read nowhere after it) and literal ``num_warps`` and ``num_stages``; every launch moves with the
+tile. The configurations are Inductor's as its template scales them to the sizes (a side at most the size's
+next power of two, at least 16). The K loop of a template rendered with ``EVEN_K = True`` loads without
+masks, so only a ``BLOCK_K`` dividing ``K`` is offered there; one rendered with masks takes any.
 """
 
 from __future__ import annotations
@@ -27,11 +29,12 @@ from collections.abc import Iterator
 import libcst as cst
 
 from ksmith_mutate.gemm_configs import GemmConfig, platform_configs
-from ksmith_mutate.source_model import KernelDef, LaunchSite, SourceModel, keyword_value
+from ksmith_mutate.source_model import KernelDef, LaunchSite, SourceModel, keyword_value, walk
 
 Pairs = list[tuple[cst.CSTNode, cst.CSTNode]]
 TILE_CONSTANTS = ("BLOCK_M", "BLOCK_N", "BLOCK_K")
 SIZES = ("M", "N", "K")
+MIN_BLOCK = 16  # Inductor's least tile side (tl.dot's too)
 GRID_FORMULAS = {"grid_m": "(M + BLOCK_M - 1) // BLOCK_M", "grid_n": "(N + BLOCK_N - 1) // BLOCK_N"}
 
 
@@ -48,30 +51,35 @@ def template_config_changes(
         template = _template(kernel)
         if template is None:
             continue
-        sites = [s for s in model.launches if s.kernel == kernel.name]
-        if len(sites) != 1:
-            continue
-        launch = _launch(model.module, sites[0])
-        if launch is None:
-            continue
         tiles, sizes, even_k = template
         current = tuple(int(tiles[n].evaluated_value) for n in TILE_CONSTANTS)
         m, n, k = (sizes[name] for name in SIZES)
-        grid_first, warps_node, stages_node = launch
-        if int(grid_first.evaluated_value) != _tiles(m, n, current[0], current[1]):
-            continue  # the grid is not this tile's: the template's contract does not hold
-        now = (*current, int(stages_node.evaluated_value), int(warps_node.evaluated_value))
-        for config in platform_configs(max_accumulator, shared_memory_bytes, num_warps, element_bytes):
-            if tuple(config) == now or not _offered(config, m, n, k, even_k):
+        # Every launch of the kernel (Inductor shares one template kernel between GEMMs of one shape) must be
+        # on this tile's grid: each is moved with the tile.
+        launches = [_launch(model.module, s) for s in model.launches if s.kernel == kernel.name]
+        if not launches or any(
+            launch is None or int(launch[0].evaluated_value) != _tiles(m, n, current[0], current[1])
+            for launch in launches
+        ):
+            continue
+        now = {
+            (*current, int(stages.evaluated_value), int(warps.evaluated_value))
+            for _, warps, stages in launches
+        }
+        for config in _configs(
+            m, n, k, even_k, max_accumulator, shared_memory_bytes, num_warps, element_bytes
+        ):
+            if {tuple(config)} == now:
                 continue
             pairs: Pairs = [
                 (tiles[name], cst.Integer(str(value)))
                 for name, value in zip(TILE_CONSTANTS, (config.block_m, config.block_n, config.block_k))
                 if value != int(tiles[name].evaluated_value)
             ]
-            pairs.append((grid_first, cst.Integer(str(_tiles(m, n, config.block_m, config.block_n)))))
-            pairs.append((warps_node, cst.Integer(str(config.num_warps))))
-            pairs.append((stages_node, cst.Integer(str(config.num_stages))))
+            for grid_first, warps, stages in launches:
+                pairs.append((grid_first, cst.Integer(str(_tiles(m, n, config.block_m, config.block_n)))))
+                pairs.append((warps, cst.Integer(str(config.num_warps))))
+                pairs.append((stages, cst.Integer(str(config.num_stages))))
             yield kernel.name, config, pairs, config.block_m * config.block_n < current[0] * current[1]
 
 
@@ -79,12 +87,26 @@ def _tiles(m: int, n: int, block_m: int, block_n: int) -> int:
     return -(-m // block_m) * -(-n // block_n)
 
 
-def _offered(config: GemmConfig, m: int, n: int, k: int, even_k: bool) -> bool:
-    if even_k and k % config.block_k:
-        return False  # the unmasked K loop would read past K
-    # A tile twice the next power of two of its side computes nothing its half would not (the template wraps
-    # rows and columns past the size): a wasted evaluation.
-    return config.block_m < 2 * _pow2(m) and config.block_n < 2 * _pow2(n) and config.block_k < 2 * _pow2(k)
+def _configs(
+    m: int,
+    n: int,
+    k: int,
+    even_k: bool,
+    max_accumulator: int,
+    shared_memory_bytes: int | None,
+    num_warps: tuple[int, ...],
+    element_bytes: int,
+) -> list[GemmConfig]:
+    """Inductor's configurations as its mm template scales them to a problem's sizes (each side at most the
+    size's next power of two, at least 16), once each, within the platform's limits; a K loop without masks
+    takes only a ``BLOCK_K`` dividing ``K``."""
+    scaled = []
+    for c in platform_configs(max_accumulator, shared_memory_bytes, num_warps, element_bytes):
+        block_m, block_n, block_k = (max(min(b, _pow2(size)), MIN_BLOCK) for b, size in zip(c[:3], (m, n, k)))
+        if even_k and k % block_k:
+            continue  # the unmasked K loop would read past K
+        scaled.append(GemmConfig(block_m, block_n, block_k, c.num_stages, c.num_warps))
+    return list(dict.fromkeys(scaled))
 
 
 def _pow2(value: int) -> int:
@@ -142,8 +164,9 @@ def _launch(module: cst.Module, site: LaunchSite) -> tuple[cst.Integer, cst.Inte
 
 
 def _grid_of(module: cst.Module, call: cst.Call) -> cst.BaseExpression | None:
-    """The grid ``call`` launches on: the subscript itself, or the value last assigned to its name before the
-    call in the same function (Inductor's wrappers reuse ``grid`` for every launch)."""
+    """The grid ``call`` launches on: the subscript itself, or the value of ``name = ...`` in the statement
+    right before the launch (as Inductor's wrappers write it) when nothing after the launch reads that value
+    (it is moved with this kernel's tile); ``None`` otherwise."""
     func = call.func
     if not isinstance(func, cst.Subscript) or len(func.slice) != 1:
         return None
@@ -152,32 +175,49 @@ def _grid_of(module: cst.Module, call: cst.Call) -> cst.BaseExpression | None:
         return None
     if not isinstance(grid.value, cst.Name):
         return grid.value
-    finder = _LastAssignment(grid.value.value, call)
+    finder = _GridBeforeLaunch(grid.value.value, call)
     module.visit(finder)
     return finder.found
 
 
-class _LastAssignment(cst.CSTVisitor):
-    """The value of the last ``name = ...`` before ``call`` in the function that holds it, in source order."""
-
+class _GridBeforeLaunch(cst.CSTVisitor):
     def __init__(self, name: str, call: cst.Call) -> None:
         self.name, self.call = name, call
-        self.latest: list[cst.BaseExpression | None] = [None]
         self.found: cst.BaseExpression | None = None
-        self.done = False
 
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-        self.latest.append(None)
-        return not self.done
+    def visit_IndentedBlock(self, node: cst.IndentedBlock) -> None:
+        self._scan(list(node.body))
 
-    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
-        self.latest.pop()
+    def visit_Module(self, node: cst.Module) -> None:
+        self._scan(list(node.body))
 
-    def visit_Assign(self, node: cst.Assign) -> None:
-        if any(isinstance(t.target, cst.Name) and t.target.value == self.name for t in node.targets):
-            self.latest[-1] = node.value if len(node.targets) == 1 else None
+    def _scan(self, statements: list[cst.BaseStatement]) -> None:
+        for index, statement in enumerate(statements):
+            if not isinstance(statement, cst.SimpleStatementLine) or not _contains(statement, self.call):
+                continue
+            value = _assigned(statements[index - 1], self.name) if index else None
+            if value is not None and not self._read_after(statements[index + 1 :]):
+                self.found = value
 
-    def visit_Call(self, node: cst.Call) -> bool:
-        if node is self.call and not self.done:
-            self.found, self.done = self.latest[-1], True
-        return not self.done
+    def _read_after(self, statements: list[cst.BaseStatement]) -> bool:
+        for statement in statements:
+            if _assigned(statement, self.name) is not None:
+                return False  # rebound before any read
+            if any(isinstance(n, cst.Name) and n.value == self.name for n in walk(statement)):
+                return True
+        return False
+
+
+def _assigned(statement: cst.BaseStatement, name: str) -> cst.BaseExpression | None:
+    """The value of ``statement`` when it is exactly ``name = value``."""
+    if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1:
+        small = statement.body[0]
+        if isinstance(small, cst.Assign) and len(small.targets) == 1:
+            target = small.targets[0].target
+            if isinstance(target, cst.Name) and target.value == name:
+                return small.value
+    return None
+
+
+def _contains(node: cst.CSTNode, target: cst.CSTNode) -> bool:
+    return any(n is target for n in walk(node))

@@ -48,9 +48,12 @@ def test_each_config_moves_the_tile_the_grid_and_the_launch_together(relative: s
         before["num_stages"],
         before["num_warps"],
     )
-    offered = {tuple(e.detail["config"]) for e in edits}
-    assert offered and current not in offered
-    assert offered <= set(inductor_gemm_configs())
+    offered = [tuple(e.detail["config"]) for e in edits]
+    assert offered and current not in offered and len(set(offered)) == len(offered)
+    # Inductor's configurations as its template scales them to the sizes: a side at most the size's next
+    # power of two (128 for 100, 72 and 80), at least 16.
+    scaled = {(min(m, 128), min(n, 128), min(k, 128), st, w) for m, n, k, st, w in inductor_gemm_configs()}
+    assert set(offered) <= scaled
     for edit in edits:
         check_candidate_source(edit.source)
         block_m, block_n, block_k, stages, warps = edit.detail["config"]
@@ -58,8 +61,6 @@ def test_each_config_moves_the_tile_the_grid_and_the_launch_together(relative: s
         assert (after["BLOCK_M"], after["BLOCK_N"], after["BLOCK_K"]) == (block_m, block_n, block_k)
         assert (after["num_warps"], after["num_stages"]) == (warps, stages)
         assert after["grid"] == -(-SMALL["M"] // block_m) * -(-SMALL["N"] // block_n), edit.description
-        # A tile past twice the size's next power of two only repeats wrapped rows: not offered.
-        assert block_m < 256 and block_n < 256 and block_k < 256
         # Everything else stays: the pointwise epilogue kernel's launch, the sizes, the template's body.
         assert edit.source.count("\n") == seed.count("\n")
         assert re.sub(r"\d+", "#", edit.source) == re.sub(r"\d+", "#", seed)
@@ -107,6 +108,47 @@ def test_a_template_whose_contract_cannot_be_read_is_left_alone(change) -> None:
     old, new = change
     assert seed.count(old) == 1
     assert _configs(seed) and not _configs(seed.replace(old, new))
+
+
+def test_a_decode_sized_side_gets_inductors_smallest_tile() -> None:
+    """With 8 rows every configuration's BLOCK_M is clamped to 16, as Inductor's template scales it; N, K, warps
+    and stages still move."""
+    _, seed = seed_from_wrapper("matmul/matmul.py")
+    decode = seed.replace("    M = 100\n", "    M = 8\n").replace("grid = (6, 1, 1)", "grid = (3, 1, 1)")
+    configs = [tuple(e.detail["config"]) for e in _configs(decode)]
+    assert len(configs) >= 10 and {c[0] for c in configs} == {16}
+    for edit in _configs(decode):
+        assert f"grid = ({-(-72 // edit.detail['config'][1])}, 1, 1)" in edit.source
+
+
+def test_every_launch_of_a_shared_template_moves_with_its_tile() -> None:
+    _, seed = seed_from_wrapper("matmul/matmul.py")
+    launch = "        grid = (6, 1, 1)\n        triton_tem_fused_mm_0[grid](A, B, buf0, num_warps=8, num_stages=5)\n"
+    twice = seed.replace(launch, launch + launch.replace("buf0,", "buf1,"))
+    twice = twice.replace("        return buf0", "        buf1 = torch.empty_like(buf0)\n        return buf0")
+    for edit in _configs(twice):
+        block_m, block_n, _, stages, warps = edit.detail["config"]
+        tiles = -(-SMALL["M"] // block_m) * -(-SMALL["N"] // block_n)
+        assert edit.source.count(f"grid = ({tiles}, 1, 1)") == 2
+        assert edit.source.count(f"num_warps={warps}, num_stages={stages}") == 2
+
+
+@pytest.mark.parametrize(
+    "launch",
+    [
+        # One grid read by a second launch: moving it with this kernel's tile would move the other's too.
+        "grid = (6, 1, 1)\n        triton_tem_fused_mm_0[grid](A, B, buf0, num_warps=8, num_stages=5)\n"
+        "        triton_tem_fused_mm_0[grid](A, B, buf0, num_warps=8, num_stages=5)",
+        # The grid from a branch: only one of its values would move.
+        "if A.is_cuda:\n            grid = (6, 1, 1)\n        else:\n            grid = (6, 1, 1)\n"
+        "        triton_tem_fused_mm_0[grid](A, B, buf0, num_warps=8, num_stages=5)",
+    ],
+)
+def test_a_grid_the_edit_cannot_own_is_left_alone(launch) -> None:
+    _, seed = seed_from_wrapper("matmul/matmul.py")
+    old = "grid = (6, 1, 1)\n        triton_tem_fused_mm_0[grid](A, B, buf0, num_warps=8, num_stages=5)"
+    assert seed.count(old) == 1
+    assert not _configs(seed.replace(old, launch))
 
 
 def test_a_batch_axis_of_the_grid_is_kept() -> None:
