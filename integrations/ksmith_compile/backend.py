@@ -27,6 +27,7 @@ import logging
 import operator
 import os
 import sys
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -144,31 +145,33 @@ def swap_regions(
     regions: list[Region] = []
     replaced: dict[torch.fx.Node, torch.fx.Node] = {}  # a replaced region's output -> the operator's node
     deferred: list[tuple[Entry, Any]] = []
+    covered: set[str] = set()  # outputs of every match decided, swapped or not (for the report)
     for entry in library.entries:
         matcher = SubgraphMatcher(
             entry.pattern.graph,
             match_output=False,
             match_placeholder=False,
-            remove_overlapping_matches=True,
+            remove_overlapping_matches=False,  # overlaps are settled below, after the guards
             ignore_literals=False,
         )
         matches = matcher.match(gm.graph)
         if not matches:
             regions.append(Region(entry.name, entry.name, False, "no match in this graph", graph_index))
-        for match in matches:
+        for match in _distinct(entry, matches, replaced):
             why_not = _why_not(entry, match, replaced)
             if why_not is None and not split_fusions and _splits_a_fusion(entry, match, replaced):
                 deferred.append((entry, match))  # a neighbour may yet be swapped into a kernel of ours
                 continue
             regions.append(_decide(gm, entry, match, replaced, why_not, graph_index, min_speedup))
+            covered |= {n.name for n in match.returning_nodes}
     for entry, match in deferred:  # after every other swap: is the fusion still there to split?
         if any(getattr(match.nodes_map[n], "_erased", False) for n in _pattern_inner(entry)):
             continue  # another entry's swap took these nodes
         why_not = _why_not(entry, match, replaced) or _splits_a_fusion(entry, match, replaced)
         regions.append(_decide(gm, entry, match, replaced, why_not, graph_index, min_speedup))
-    matched = {r.region.split("@", 1)[1] for r in regions if "@" in r.region}
+        covered |= {n.name for n in match.returning_nodes}
     for kind, nodes in model_regions:
-        if nodes[-1].name not in matched:
+        if nodes[-1].name not in covered:
             ops = "+".join(
                 dict.fromkeys(n.target if n.op == "call_method" else n.target.__name__ for n in nodes)
             )
@@ -179,6 +182,21 @@ def swap_regions(
         gm.graph.lint()
         gm.recompile()
     return regions
+
+
+def _distinct(
+    entry: Entry, matches: list[Any], replaced: dict[torch.fx.Node, torch.fx.Node]
+) -> Iterator[Any]:
+    """The matches to decide on, each set of graph nodes once: those whose guards hold first, so that a
+    symmetric pattern (projections of one input) whose first ordering fails a guard is still swapped in the
+    ordering that passes; a match whose nodes an earlier swap took is skipped."""
+    decided: set[frozenset[torch.fx.Node]] = set()
+    for match in sorted(matches, key=lambda m: _why_not(entry, m, replaced) is not None):
+        inner = frozenset(match.nodes_map[n] for n in _pattern_inner(entry) if n in match.nodes_map)
+        if inner in decided or any(getattr(n, "_erased", False) for n in inner):
+            continue
+        decided.add(inner)
+        yield match
 
 
 def _decide(

@@ -513,8 +513,11 @@ class ModelNew(nn.Module):
         ws = [w.contiguous() for w in ({weights})]
         M, K = x.shape
         outs = [torch.empty((M, w.shape[0]), dtype=in0.dtype, device=in0.device) for w in ws]
-        w3, o3 = ws + ws[-1:] * (3 - len(ws)), outs + outs[-1:] * (3 - len(outs))
-        n3 = [w.shape[0] for w in ws] + [0] * (3 - len(ws))  # a missing projection has no columns
+        # A missing projection has no columns and tensors of its own (never one of the others': a compiler that
+        # makes the launch functional would copy an aliased output apart from the one the kernel writes).
+        spare = [x.new_empty(1) for _ in range(3 - len(ws))]
+        w3, o3 = ws + spare, outs + [x.new_empty(1) for _ in spare]
+        n3 = [w.shape[0] for w in ws] + [0] * len(spare)
         grid = (triton.cdiv(M, 16), triton.cdiv(max(n3), 64), len(ws))
         _grouped_linear_kernel[grid](
             x, *w3, *o3, *n3, M, K, IEEE=x.dtype == torch.float32, BLOCK_M=16, BLOCK_N=64, BLOCK_K=32

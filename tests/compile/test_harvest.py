@@ -91,20 +91,21 @@ def test_a_harvested_problem_evolved_and_exported_swaps_back_into_the_model(tmp_
 
 
 @pytest.mark.slow
-def test_a_gate_up_pair_of_one_input_is_one_problem_with_a_fused_seed(tmp_path):
-    """The pair's seed names its weights as the problem does, whichever projection the model computes first;
-    two projections of different inputs are no pair."""
+def test_projections_of_one_input_are_one_problem_with_a_one_kernel_seed(tmp_path):
+    """The gate/up pair's seed names its weights as the problem does, whichever projection the model computes
+    first; two projections of different inputs are no group; two bare projections of one input are one."""
     out = tmp_path / "out"
     summary = harvest(DATA / "gate_up_mlp.py", out)
-    pairs = [p for p in summary["problems"] if p["kind"] == "matmuls"]
-    assert [p["ops"] for p in pairs] == [["linear", "linear", "silu", "mul"]]  # up first, as the model runs
-    (pair,) = pairs
+    groups = {tuple(p["ops"]): p for p in summary["problems"] if p["kind"] == "matmuls"}
+    assert sorted(groups) == [("linear", "linear"), ("linear", "linear", "silu", "mul")]  # up first, as run
+    pair, kv = groups["linear", "linear", "silu", "mul"], groups["linear", "linear"]
     assert pair["inputs"] == [{"shape": [6, 48], "dtype": "float32"}] and pair["occurrences"] == ["0:mul"]
     seed = (out / pair["seed"]).read_text()
     assert "gate, up = self.p1.contiguous(), self.p0.contiguous()" in seed  # p0 is the up weight here
-    proc = ksmith("eval", out / pair["file"], out / pair["seed"], "--device", "cpu", "--json")
-    assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout)["status"] == "ok"
+    for group in (pair, kv):
+        proc = ksmith("eval", out / group["file"], out / group["seed"], "--device", "cpu", "--json")
+        assert proc.returncode == 0, proc.stderr
+        assert json.loads(proc.stdout)["status"] == "ok", group
     # A seed with the weights the other way round computes silu(up) * gate: the evaluator says so.
     swapped = seed.replace(
         "self.p1.contiguous(), self.p0.contiguous()", "self.p0.contiguous(), self.p1.contiguous()"
@@ -159,6 +160,38 @@ def test_a_group_of_projections_evolved_and_exported_swaps_back_as_one_kernel(
     swapped = [(r.entry, r.region.split("@")[1]) for r in recorder.regions if r.swapped]
     assert swapped == [(group["problem"], node)]  # every projection of the group: one kernel
     assert launched == [kernel]
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.slow
+def test_a_group_swaps_in_the_order_of_projections_whose_guards_hold(tmp_path):
+    """A k/v entry matches the decoder's q, k and v in six orders; (q, k) fails its guard (q is 64 wide), the
+    entry is swapped where it fits, on k and v."""
+    out = tmp_path / "problems"
+    (group,) = [p for p in harvest(DATA / "kv_projections.py", out)["problems"] if p["kind"] == "matmuls"]
+    proc = ksmith(
+        "evolve",
+        out / group["file"],
+        "--budget",
+        "1",
+        "--device",
+        "cpu",
+        "--run-dir",
+        tmp_path / "run",
+        "--json",
+    )
+    assert proc.returncode == 0, proc.stderr
+    proc = ksmith("export", tmp_path / "run", "--target", "library", "-o", tmp_path / "lib")
+    assert proc.returncode == 0, proc.stderr
+    model, inputs = tiny_llama()
+    with torch.no_grad():
+        want = model(*inputs)
+        torch._dynamo.reset()
+        with Recorder() as recorder:
+            compiled = torch.compile(model, backend="kernelsmith", options={"library": str(tmp_path / "lib")})
+            got = compiled(*inputs)
+    swapped = [r.region.split("@")[1] for r in recorder.regions if r.swapped]
+    assert swapped in (["linear_1"], ["linear_2"])  # k and v, named after the first output of the order kept
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
 
 

@@ -68,3 +68,42 @@ def test_the_entry_is_a_triton_op_inductor_inlines_and_its_kernel_runs(cuda_libr
         plain = torch.compile(model, backend="inductor")
         plain(*inputs)
         assert not any(name in k for k in _launched(plain, *inputs) for name in names)
+
+
+def test_groups_of_projections_swap_in_on_the_gpu(tmp_path):
+    """The gate/up pair and the q/k/v group, harvested on the GPU, evolved (budget 1), exported and swapped into
+    the decoder: one kernel each, outputs as eager's. The q/k/v entry returns a list of tensors."""
+    import json
+
+    from ksmith_compile.harvest import harvest
+
+    from .conftest import DATA, ksmith
+
+    summary = harvest(DATA / "tiny_llama.py", tmp_path / "problems", device="cuda")
+    groups = [p for p in summary["problems"] if p["kind"] == "matmuls"]
+    assert sorted(p["ops"] for p in groups) == [
+        ["linear", "linear", "linear"],
+        ["linear", "silu", "linear", "mul"],
+    ]
+    for index, group in enumerate(groups):
+        run = tmp_path / f"run{index}"
+        problem = tmp_path / "problems" / group["file"]
+        proc = ksmith("evolve", problem, "--budget", "1", "--device", "cuda", "--run-dir", run, "--json")
+        assert proc.returncode == 0, proc.stderr
+        assert json.loads(proc.stdout)["best"]["status"] == "ok"
+        proc = ksmith("export", run, "--target", "library", "-o", tmp_path / "lib")
+        assert proc.returncode == 0, proc.stderr
+    library = load_library(tmp_path / "lib")
+    assert sorted(e.outputs for e in library.entries) == [1, 3]
+    model, inputs = tiny_llama()
+    model, inputs = model.cuda(), [t.cuda() for t in inputs]
+    with torch.no_grad():
+        want = model(*inputs)
+        torch._dynamo.reset()
+        with Recorder() as recorder:
+            compiled = torch.compile(
+                model, backend="kernelsmith", options={"library": str(tmp_path / "lib"), "min_speedup": 0}
+            )
+            got = compiled(*inputs)
+    assert sorted(r.entry for r in recorder.regions if r.swapped) == sorted(p["problem"] for p in groups)
+    torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)

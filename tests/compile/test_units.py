@@ -45,3 +45,24 @@ def test_regions_are_cut_to_one_output_each():
     assert ("matmul", ["linear"]) in regions
     assert ("fusible", ["silu", "mul", "add"]) in regions
     assert not any(names == ["add"] for _, names in regions)  # a lone add is left to Inductor
+
+
+def test_several_outputs_leave_the_operator_in_memory_of_their_own():
+    """A custom op's outputs may not alias its inputs or each other, nor be strided views: views of one buffer
+    (q, k and v written side by side) and a returned input are copied; separate outputs are kept as they are."""
+    from ksmith_compile.library import _separate
+
+    x = torch.randn(4, 8)
+    fused = torch.randn(4, 24)
+    q, k, v = fused[:, :8], fused[:, 8:16], fused[:, 16:]
+    top, bottom = fused.view(-1)[:48].view(4, 12), fused.view(-1)[48:].view(4, 12)  # contiguous, one buffer
+    own = torch.randn(4, 8)
+    given = [q, k, v, x, own, top, bottom]
+    outs = _separate(given, [x])
+    assert all(o.is_contiguous() for o in outs)
+    assert outs[4] is own
+    for i, a in enumerate(outs):
+        assert not torch._C._is_alias_of(a, x)
+        assert not any(torch._C._is_alias_of(a, b) for b in outs[i + 1 :])
+    for got, want in zip(outs, given):
+        assert torch.equal(got, want)

@@ -1,5 +1,6 @@
-"""A gated MLP (SwiGLU, as Llama's) whose up projection is computed before the gate, KernelBench format; and a
-second pair of projections over two different inputs, which is not one region."""
+"""A gated MLP (SwiGLU, as Llama's) whose up projection is computed before the gate, KernelBench format; a
+second pair of projections over two different inputs, which is not one region; and two bare projections of
+one input (k and v of different widths), which are."""
 
 import torch
 import torch.nn as nn
@@ -18,11 +19,15 @@ class Model(nn.Module):
         self.down = nn.Linear(intermediate, hidden, bias=False)
         self.left = nn.Linear(hidden, intermediate, bias=False)
         self.right = nn.Linear(hidden, intermediate, bias=False)
+        self.k = nn.Linear(hidden, 16, bias=False)
+        self.v = nn.Linear(hidden, 24, bias=False)
+        self.back = nn.Linear(40, hidden, bias=False)
 
     def forward(self, x, y):
         up = self.up(x)
         h = self.down(F.silu(self.gate(x)) * up)
-        return h + self.down(F.silu(self.left(h)) * self.right(y))
+        kv = torch.cat([self.k(h), self.v(h)], dim=-1)
+        return h + self.down(F.silu(self.left(h)) * self.right(y)) + self.back(kv)
 
 
 def get_inputs():
