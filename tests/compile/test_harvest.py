@@ -126,37 +126,17 @@ def test_projections_of_one_input_are_one_problem_with_a_one_kernel_seed(tmp_pat
 def test_a_group_of_projections_evolved_and_exported_swaps_back_as_one_kernel(
     tmp_path, ops, outputs, node, kernel
 ):
-    out = tmp_path / "problems"
-    summary = harvest(DATA / "tiny_llama.py", out)
+    summary = harvest(DATA / "tiny_llama.py", tmp_path / "problems")
     (group,) = [p for p in summary["problems"] if p["kind"] == "matmuls" and p["ops"] == ops]
     assert group["seed"]
-    proc = ksmith(
-        "evolve",
-        out / group["file"],
-        "--budget",
-        "1",
-        "--device",
-        "cpu",
-        "--run-dir",
-        tmp_path / "run",
-        "--json",
-    )
-    assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout)["best"]["status"] == "ok"
-    proc = ksmith("export", tmp_path / "run", "--target", "library", "-o", tmp_path / "lib")
-    assert proc.returncode == 0, proc.stderr
+    library = _evolved_library(tmp_path / "problems" / group["file"], tmp_path)
 
     from ksmith_compile.library import load_library
 
-    (entry,) = load_library(tmp_path / "lib").entries
+    (entry,) = load_library(library).entries
     assert entry.outputs == outputs
-    model, inputs = tiny_llama()
-    with torch.no_grad():
-        want = model(*inputs)
-        torch._dynamo.reset()
-        with Recorder() as recorder, triton_launches(entry) as launched:
-            compiled = torch.compile(model, backend="kernelsmith", options={"library": str(tmp_path / "lib")})
-            got = compiled(*inputs)
+    with triton_launches(entry) as launched:
+        got, want, recorder = _decoder_with(library)
     swapped = [(r.entry, r.region.split("@")[1]) for r in recorder.regions if r.swapped]
     assert swapped == [(group["problem"], node)]  # every projection of the group: one kernel
     assert launched == [kernel]
@@ -169,30 +149,33 @@ def test_a_group_swaps_in_the_order_of_projections_whose_guards_hold(tmp_path):
     entry is swapped where it fits, on k and v."""
     out = tmp_path / "problems"
     (group,) = [p for p in harvest(DATA / "kv_projections.py", out)["problems"] if p["kind"] == "matmuls"]
-    proc = ksmith(
-        "evolve",
-        out / group["file"],
-        "--budget",
-        "1",
-        "--device",
-        "cpu",
-        "--run-dir",
-        tmp_path / "run",
-        "--json",
-    )
+    got, want, recorder = _decoder_with(_evolved_library(out / group["file"], tmp_path))
+    swapped = [r.region.split("@")[1] for r in recorder.regions if r.swapped]
+    assert swapped in (["linear_1"], ["linear_2"])  # k and v, named after the first output of the order kept
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+def _evolved_library(problem, tmp_path):
+    """``tmp_path/lib``: the problem evolved from its harvested seed (budget 1, CPU) and exported."""
+    run = tmp_path / "run"
+    proc = ksmith("evolve", problem, "--budget", "1", "--device", "cpu", "--run-dir", run, "--json")
     assert proc.returncode == 0, proc.stderr
-    proc = ksmith("export", tmp_path / "run", "--target", "library", "-o", tmp_path / "lib")
+    assert json.loads(proc.stdout)["best"]["status"] == "ok"
+    proc = ksmith("export", run, "--target", "library", "-o", tmp_path / "lib")
     assert proc.returncode == 0, proc.stderr
+    return tmp_path / "lib"
+
+
+def _decoder_with(library):
+    """The tiny decoder's output compiled with the library, eager's, and what the backend recorded."""
     model, inputs = tiny_llama()
     with torch.no_grad():
         want = model(*inputs)
         torch._dynamo.reset()
         with Recorder() as recorder:
-            compiled = torch.compile(model, backend="kernelsmith", options={"library": str(tmp_path / "lib")})
+            compiled = torch.compile(model, backend="kernelsmith", options={"library": str(library)})
             got = compiled(*inputs)
-    swapped = [r.region.split("@")[1] for r in recorder.regions if r.swapped]
-    assert swapped in (["linear_1"], ["linear_2"])  # k and v, named after the first output of the order kept
-    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    return got, want, recorder
 
 
 @pytest.mark.slow  # a ksmith process each (torch import): seconds
