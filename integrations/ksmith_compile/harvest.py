@@ -142,6 +142,7 @@ def find_regions(gm: torch.fx.GraphModule) -> list[tuple[str, list[torch.fx.Node
             if len(piece) >= 2:  # a lone pointwise op is Inductor's business
                 regions.append(("fusible", sorted(piece, key=order.__getitem__)))
     chains: dict[torch.fx.Node, list[list[torch.fx.Node]]] = {}  # last node -> the chains ending there
+    bare: dict[torch.fx.Node, list[torch.fx.Node]] = {}  # input -> the linears of it with no epilogue
     for node in gm.graph.nodes:
         if not is_matmul(node):
             continue
@@ -151,13 +152,11 @@ def find_regions(gm: torch.fx.GraphModule) -> list[tuple[str, list[torch.fx.Node
             chain.append(cur)
         regions.append(("matmul", chain))
         chains.setdefault(cur, []).append(chain)
+        if len(chain) == 1 and _is_linear(node) and node.args:
+            bare.setdefault(node.args[0], []).append(node)
     for ending in chains.values():
         if len(ending) == 2 and _linears_of_one_input(ending[0][0], ending[1][0]):
             regions.append(("matmuls", sorted({*ending[0], *ending[1]}, key=order.__getitem__)))
-    bare: dict[torch.fx.Node, list[torch.fx.Node]] = {}  # input -> the linears of it with no epilogue
-    for chain in (c for c in (r[1] for r in regions if r[0] == "matmul") if len(c) == 1 and _is_linear(c[0])):
-        if chain[0].args:
-            bare.setdefault(chain[0].args[0], []).append(chain[0])
     for group in bare.values():
         if 2 <= len(group) <= MAX_GROUP:
             regions.append(("matmuls", group))
@@ -205,7 +204,8 @@ def region_problem(
     for a in external:
         if not isinstance(_value(a), torch.Tensor):
             return f"input {a.name} is not a tensor"
-    outs = [n for n in nodes if n in set(_outputs(inside))]  # in graph order
+    leaving = set(_outputs(inside))
+    outs = [n for n in nodes if n in leaving]  # in graph order
     if not all(isinstance(_value(o), torch.Tensor) for o in outs):
         return "the region does not end in tensors"
     if outs != [nodes[-1]] and not (kind == "matmuls" and len(outs) > 1):
@@ -256,12 +256,10 @@ def region_problem(
     for a in activations:
         lines.append(f"        {_randn(a) if _value(a).dtype.is_floating_point else _init_expr(_value(a))},")
     lines += ["    ]", "", "", "def get_init_inputs():", "    return []", ""]
-    seed = (
-        (_gate_up_seed(nodes, activations, weights) or _grouped_seed(nodes, activations, weights))
-        if kind == "matmuls"
-        else None
-    )
-    seed = seed or _linear_seed(nodes, activations, weights, origin)
+    if kind == "matmuls":
+        seed = _gate_up_seed(nodes, activations, weights) or _grouped_seed(nodes, activations, weights)
+    else:
+        seed = _linear_seed(nodes, activations, weights, origin)
     return "\n".join(lines), ops, inputs, seed
 
 
@@ -336,9 +334,7 @@ def _linear_seed(
     ``* other`` or ``silu(.) * other``, else None: harvest writes it with the problem, on any machine (on CPU
     Inductor calls an extern matmul; ``ksmith seed --from inductor`` on a GPU can use Inductor's templates)."""
     first = nodes[0]
-    if first.op != "call_function" or first.target not in (torch._C._nn.linear, F.linear) or first.kwargs:
-        return None
-    if len(first.args) not in (2, 3) or (len(first.args) == 3 and first.args[2] is not None):
+    if not _is_linear(first) or not _no_bias(first):
         return None
     if (
         not activations

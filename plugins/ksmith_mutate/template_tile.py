@@ -29,7 +29,14 @@ from collections.abc import Iterator
 import libcst as cst
 
 from ksmith_mutate.gemm_configs import GemmConfig, platform_configs
-from ksmith_mutate.source_model import KernelDef, LaunchSite, SourceModel, keyword_value, walk
+from ksmith_mutate.source_model import (
+    KernelDef,
+    LaunchSite,
+    SourceModel,
+    keyword_value,
+    top_level_assignments,
+    walk,
+)
 
 Pairs = list[tuple[cst.CSTNode, cst.CSTNode]]
 TILE_CONSTANTS = ("BLOCK_M", "BLOCK_N", "BLOCK_K")
@@ -73,8 +80,8 @@ def template_config_changes(
                 continue
             pairs: Pairs = [
                 (tiles[name], cst.Integer(str(value)))
-                for name, value in zip(TILE_CONSTANTS, (config.block_m, config.block_n, config.block_k))
-                if value != int(tiles[name].evaluated_value)
+                for name, value, old in zip(TILE_CONSTANTS, config[:3], current)
+                if value != old
             ]
             for grid_first, warps, stages in launches:
                 pairs.append((grid_first, cst.Integer(str(_tiles(m, n, config.block_m, config.block_n)))))
@@ -117,27 +124,23 @@ def _template(kernel: KernelDef) -> tuple[dict[str, cst.Integer], dict[str, int]
     """The tile constants' literal nodes, the sizes and whether the K loop is unmasked, if ``kernel`` is an
     Inductor GEMM template as rendered for fixed sizes; ``None`` otherwise."""
     tiles: dict[str, cst.Integer] = {}
-    sizes: dict[str, int] = {}
-    formulas: dict[str, str] = {}
     even_k = True
-    for line in kernel.node.body.body:
-        if not isinstance(line, cst.SimpleStatementLine):
-            continue
-        for small in line.body:
+    statements = list(kernel.node.body.body)
+    for line in statements:
+        for small in line.body if isinstance(line, cst.SimpleStatementLine) else ():
             if isinstance(small, cst.AnnAssign) and isinstance(small.target, cst.Name):
                 name = small.target.value
                 if name in TILE_CONSTANTS and isinstance(small.value, cst.Integer):
                     tiles[name] = small.value
                 elif name == "EVEN_K" and isinstance(small.value, cst.Name):
                     even_k = small.value.value != "False"
-            elif isinstance(small, cst.Assign) and len(small.targets) == 1:
-                target = small.targets[0].target
-                if not isinstance(target, cst.Name):
-                    continue
-                if target.value in SIZES and isinstance(small.value, cst.Integer):
-                    sizes[target.value] = int(small.value.evaluated_value)
-                elif target.value in GRID_FORMULAS:
-                    formulas[target.value] = cst.Module([]).code_for_node(small.value)
+    sizes: dict[str, int] = {}
+    formulas: dict[str, str] = {}
+    for _, name, value in top_level_assignments(statements):
+        if name in SIZES and isinstance(value, cst.Integer):
+            sizes[name] = int(value.evaluated_value)
+        elif name in GRID_FORMULAS:
+            formulas[name] = cst.Module([]).code_for_node(value)
     if set(tiles) != set(TILE_CONSTANTS) or set(sizes) != set(SIZES):
         return None
     if any(_bare(formulas.get(name, "")) != _bare(formula) for name, formula in GRID_FORMULAS.items()):
