@@ -103,15 +103,32 @@ def ksmith(*args: object, timeout: float | None = None) -> subprocess.CompletedP
 
 
 def build_library(
-    model_file: Path, work: Path, device: str, budget: int, parallel: int, bench_seconds: float | None = None
+    model_file: Path,
+    work: Path,
+    device: str,
+    budget: int,
+    parallel: int,
+    bench_seconds: float | None = None,
+    only: list[str] | None = None,
 ) -> Path:
     problems, bench_out, library = work / "problems", work / "bench", work / "library"
     if not (problems.is_dir() and any(problems.glob("*.py"))):  # harvested already: a resumed bench
         proc = ksmith("harvest", model_file, "-o", problems, "--device", device, "--json")
         if proc.returncode != 0:
             raise SystemExit(f"harvest failed: {proc.stderr.strip()}")
+    benched = problems
+    if only:  # a folder of its own holding the chosen problems and their seeds
+        benched = work / "problems_only"
+        benched.mkdir(exist_ok=True)
+        for entry in json.loads((problems / "harvest.json").read_text())["problems"]:
+            if any(part in entry["problem"] for part in only):
+                for name in (entry["file"], entry["seed"]):
+                    if name:
+                        (benched / name).write_text((problems / name).read_text())
+        if not any(benched.glob("*.py")):
+            raise SystemExit(f"no harvested problem's name holds any of {only}")
     proc = ksmith(
-        "bench", problems, "--evolve", "--seed-from", "inductor", "--budget", budget,
+        "bench", benched, "--evolve", "--seed-from", "inductor", "--budget", budget,
         "--parallel", parallel, "--device", device, "-o", bench_out, "--json", timeout=bench_seconds,
     )  # fmt: skip
     (work / "bench.log").write_text(proc.stdout + proc.stderr)
@@ -231,6 +248,10 @@ def main() -> None:
         "--bench-seconds", type=float, default=None,
         help="stop the bench after this long and time the model with the regions evolved so far (resumes)",
     )  # fmt: skip
+    parser.add_argument(
+        "--only", nargs="+", default=None,
+        help="evolve only the harvested problems whose name holds one of these (e.g. _matmuls_ for the groups)",
+    )  # fmt: skip
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--reps", type=int, default=20, help="samples of --calls back-to-back forwards")
     parser.add_argument("--calls", type=int, default=20)
@@ -249,6 +270,7 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     all_results = {
         "config": config, "dtype": args.dtype, "budget": args.budget, "split_fusions": args.split_fusions,
+        "only": args.only,
         "shapes": {},
     }  # fmt: skip
     for shape in args.shapes:
@@ -260,7 +282,7 @@ def main() -> None:
         library = work / "library"
         if not (args.reuse and library.is_dir()):
             library = build_library(
-                model_file, work, args.device, args.budget, args.parallel, args.bench_seconds
+                model_file, work, args.device, args.budget, args.parallel, args.bench_seconds, args.only
             )
         result = measure(model_file, library, args.device, args.warmup, args.reps, args.rounds, args.calls)
         all_results["shapes"][shape] = result

@@ -31,7 +31,7 @@ from ksmith_mutate.gemm_configs import (
 from ksmith_mutate.loop_order import loop_reverse_changes
 from ksmith_mutate.loop_split import mask_split_changes
 from ksmith_mutate.native import NATIVE_KINDS, native_changes
-from ksmith_mutate.program_order import broadcast_reuse_changes
+from ksmith_mutate.program_order import broadcast_reuse_changes, grid_axes_changes
 from ksmith_mutate.scan import vector_scan_changes
 from ksmith_mutate.source_model import (
     DOT_AXIS,
@@ -65,6 +65,7 @@ EDIT_KINDS = (
     "loop_reverse",
     "flip_fold",
     "broadcast_reuse",
+    "grid_axes",
     "vector_scan",
     "whole_row",
     "split_row",
@@ -306,6 +307,8 @@ def _all_changes(model: SourceModel, limits: Limits) -> Iterator[_Change]:
         yield _change("flip_fold", description, pairs, detail=detail)
     for description, pairs, detail in broadcast_reuse_changes(model):
         yield _change("broadcast_reuse", description, pairs, detail=detail)
+    for description, pairs, detail in grid_axes_changes(model):
+        yield _change("grid_axes", description, pairs, detail=detail)
     for description, pairs, detail in vector_scan_changes(model):
         yield _change("vector_scan", description, pairs, detail=detail)
     for description, pairs, detail in whole_row_changes(model):

@@ -51,6 +51,13 @@ Edit kinds (the arms of the bandit):
     call or descriptor store, nothing stored through a pointer also loaded); the renumbering is a bijection of
     the programs of whole blocks and leaves any other program as it was (:mod:`ksmith_mutate.program_order`).
     Tried with ``flip_fold`` and ``loop_reverse`` far below a memory roofline.
+``grid_axes``
+    A kernel on a two-axis grid gets axes 0 and 1 swapped, in its ``tl.program_id`` / ``tl.num_programs``
+    calls and in the grid of every launch (a literal pair, or a pair or ``lambda`` assigned once): the GPU runs
+    the first axis fastest, so a row-wise kernel with the row on axis 0 has neighbouring programs a row apart
+    in memory, and swapped they read neighbouring blocks. Only where the programs are independent (as for
+    ``broadcast_reuse``) and no literal first axis exceeds the second axis's 65535
+    (:mod:`ksmith_mutate.program_order`). Tried with the memory-structure kinds far below a memory roofline.
 ``vector_scan``
     A scalar loop that carries one running sum (a batch's lengths and their prefix sum, computed one request
     per iteration in one program, as serving engines' metadata kernels do) runs 1024 iterations at a time:
@@ -225,6 +232,7 @@ MEMORY_STRUCTURAL_FIRST = (
     "split_row",
     "loop_reverse",
     "broadcast_reuse",
+    "grid_axes",
     "vector_scan",
 )
 

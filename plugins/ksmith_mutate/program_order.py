@@ -1,4 +1,6 @@
-"""The ``broadcast_reuse`` edit: the programs of one column block run side by side across the rows.
+"""Edits of the order in which a launch's independent programs run: ``broadcast_reuse`` and ``grid_axes``.
+
+``broadcast_reuse``: the programs of one column block run side by side across the rows.
 
 A pointwise kernel over ``R`` rows of ``N`` elements that also reads an operand of ``N`` elements shared by every
 row (LayerNorm's weight and bias, a bias over a long last dimension) runs its programs in flat order: all of row
@@ -18,6 +20,17 @@ the renumbering is a bijection of the ``R * (N // BLOCK)`` programs of whole blo
 program (a tail, a larger grid) as it is, and a grid smaller than that keeps the flat order. So the kernel
 must not let its programs see each other: no atomic, barrier, helper call or descriptor store, and nothing
 stored through a pointer it also loads through.
+
+``grid_axes``: a kernel on a two-dimensional grid (``program_id(0)`` and ``program_id(1)``) gets its two axes
+swapped, in the kernel and in the grid of every launch. The GPU hands out programs with the first axis fastest,
+so the swap decides which neighbours run together. A row-wise pointwise kernel with the row on axis 0 and the
+column block on axis 1 (the suite's GeGLU seed) has neighbouring programs reading blocks a whole row apart;
+swapped, they read neighbouring blocks, as a flat loop does: on an H100 the GeGLU at 8192 x 4096 went from 0.948x
+to 0.980x of torch.compile at the seed's block (benchmarks/geglu_variants.py, docs/benchmarks.md §4f). Each
+program computes what it did, so the same conditions as above hold (independent programs), and every launch
+of the kernel must pass a grid of two elements the edit can rewrite (a literal pair, or a pair or ``lambda``
+returning one assigned once and used by no other kernel's launch). A literal first axis above 65535 stays first:
+the GPU's second axis holds no more.
 """
 
 from __future__ import annotations
@@ -47,6 +60,9 @@ from ksmith_mutate.source_model import (
 )
 
 Pairs = list[tuple[cst.CSTNode, cst.CSTNode]]
+
+# The largest grid a GPU runs along its second and third axes (CUDA's gridDim.y and .z).
+MAX_GRID_YZ = 65535
 
 # Below about a million elements (4 MB of fp32) the shared operand, and the rows streamed between two reads
 # of it, fit in an H100's 50 MB L2: it is read from DRAM once already and the order changes nothing.
@@ -274,3 +290,80 @@ def _rows(
     if numel in kernel.params and numel not in assigned:
         return f"({numel} // {columns})"
     return None
+
+
+def grid_axes_changes(model: SourceModel) -> Iterator[tuple[str, Pairs, dict]]:
+    """(description, pairs, detail) for each kernel on a two-axis grid whose axes can be swapped."""
+    helpers = set(model.kernels)
+    for kernel in model.kernels.values():
+        calls = [n for n in walk(kernel.node.body) if is_tl_call(n, "program_id", "num_programs")]
+        axes = [_axis(call) for call in calls]
+        if None in axes or {a for a, call in zip(axes, calls) if is_tl_call(call, "program_id")} != {0, 1}:
+            continue
+        if set(axes) - {0, 1} or has_other_effects(kernel.node.body, helpers):
+            continue
+        grids = _two_axis_grids(model, kernel.name)
+        if not grids:
+            continue
+        pairs: Pairs = [
+            (call, _with_axis(call, 1 - axis)) for call, axis in zip(calls, axes) if axis is not None
+        ]
+        shown = []
+        for grid in grids:
+            pair = grid.body if isinstance(grid, cst.Lambda) else grid
+            first, second = pair.elements  # type: ignore[union-attr]
+            swapped = pair.with_changes(  # type: ignore[union-attr]
+                elements=[first.with_changes(value=second.value), second.with_changes(value=first.value)]
+            )
+            new = grid.with_changes(body=swapped) if isinstance(grid, cst.Lambda) else swapped
+            pairs.append((grid, new))
+            shown.append(f"({_code(first.value)}, {_code(second.value)})")
+        yield (
+            f"in {kernel.name}, grid axes 0 and 1 swapped (program_id(0) <-> program_id(1); grid "
+            f"{', '.join(dict.fromkeys(shown))} reversed): the programs that run side by side are the old "
+            "second axis's neighbours",
+            pairs,
+            {"direction": "up"},
+        )
+
+
+def _axis(call: cst.Call) -> int | None:
+    """The literal axis of ``tl.program_id(a)`` / ``tl.num_programs(axis=a)``; None where it is not one."""
+    axis = keyword_value(call, "axis")
+    if axis is None and call.args and call.args[0].keyword is None:
+        axis = call.args[0].value
+    return int(axis.evaluated_value) if isinstance(axis, cst.Integer) else None
+
+
+def _with_axis(call: cst.Call, axis: int) -> cst.Call:
+    args = [
+        a.with_changes(value=cst.Integer(str(axis)))
+        if (a.keyword is None or a.keyword.value == "axis")
+        else a
+        for a in call.args
+    ]
+    return call.with_changes(args=args)
+
+
+def _two_axis_grids(model: SourceModel, kernel: str) -> list[cst.BaseExpression] | None:
+    """The grid expression of every launch of ``kernel`` (each distinct node once): a pair, or a ``lambda``
+    returning one; None if any launch's grid is something else, shared with another kernel's launch, or has a
+    literal first axis too long for the second."""
+    grids: list[cst.BaseExpression] = []
+    sites = [site for site in model.launches if site.kernel == kernel]
+    others = {id(e) for site in model.launches if site.kernel != kernel for e in site.grid_exprs}
+    for site in sites:
+        if len(site.grid_exprs) != 1 or id(site.grid_exprs[0]) in others:
+            return None
+        grid = site.grid_exprs[0]
+        pair = grid.body if isinstance(grid, cst.Lambda) else grid
+        if not isinstance(pair, cst.Tuple) or len(pair.elements) != 2:
+            return None
+        if any(isinstance(e, cst.StarredElement) for e in pair.elements):
+            return None
+        first = pair.elements[0].value
+        if isinstance(first, cst.Integer) and int(first.evaluated_value) > MAX_GRID_YZ:
+            return None
+        if all(grid is not seen for seen in grids):
+            grids.append(grid)
+    return grids or None
