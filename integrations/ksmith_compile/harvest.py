@@ -316,13 +316,30 @@ class ModelNew(nn.Module):
         N = w.shape[0]
         out = torch.empty((M, N), dtype=in0.dtype, device=in0.device)
         other = {other}
-        grid = (triton.cdiv(M, 16), triton.cdiv(N, 64))
+        grid = (triton.cdiv(M, 16), triton.cdiv(N, {block_n}))
         _linear_kernel[grid](
             x, w, other, out, M, N, K,
-            EPILOGUE={epilogue}, IEEE=x.dtype == torch.float32, BLOCK_M=16, BLOCK_N=64, BLOCK_K=32,
+            EPILOGUE={epilogue}, IEEE=x.dtype == torch.float32, BLOCK_M=16, BLOCK_N={block_n}, BLOCK_K={block_k},{options}
         )
         return out.reshape(*in0.shape[:-1], N)
 '''
+# A decode-shaped GEMM (a few rows against a weight streamed from DRAM) wants many programs, each streaming a
+# narrow slice of the weight in long K steps: on an H100 the best skinny kernel for the Llama weights at 8 rows
+# took 16 columns a program and 128-256 of K a step, 2-4 warps, 5-6 stages (docs/benchmarks.md §11c). A seed
+# with 64 columns a program left most of the GPU's SMs with one program each. Other shapes keep a small square
+# tile the search moves from.
+DECODE_ROWS = 16
+
+
+def _tile(x: torch.Tensor, warps: int) -> dict[str, object]:
+    """The seed's ``BLOCK_N``, ``BLOCK_K`` and launch options for activations ``x``."""
+    rows, k = x.numel() // max(x.shape[-1], 1), x.shape[-1]
+    if rows <= DECODE_ROWS and x.dtype in (torch.float16, torch.bfloat16):
+        block_k = min(128, max(32, 1 << (k - 1).bit_length()))
+        return {"block_n": 16, "block_k": block_k, "options": f" num_warps={warps}, num_stages=5,"}
+    return {"block_n": 64, "block_k": 32, "options": ""}
+
+
 _EPILOGUES = {(): (0, "linear"), ("add",): (1, "linear + add"), ("mul",): (2, "linear * other"),
               ("silu", "mul"): (3, "silu(linear) * other")}  # fmt: skip
 
@@ -364,6 +381,7 @@ def _linear_seed(
     elif len(activations) != 1:
         return None
     return _LINEAR_SEED.format(
+        **_tile(x, warps=4),
         what=what,
         init=_init_expr(w),
         args="in0, in1" if epilogue else "in0",
@@ -424,9 +442,10 @@ class ModelNew(nn.Module):
         M, K = x.shape
         N = gate.shape[0]
         out = torch.empty((M, N), dtype=in0.dtype, device=in0.device)
-        grid = (triton.cdiv(M, 16), triton.cdiv(N, 64))
+        grid = (triton.cdiv(M, 16), triton.cdiv(N, {block_n}))
         _gate_up_kernel[grid](
-            x, gate, up, out, M, N, K, IEEE=x.dtype == torch.float32, BLOCK_M=16, BLOCK_N=64, BLOCK_K=32
+            x, gate, up, out, M, N, K, IEEE=x.dtype == torch.float32,
+            BLOCK_M=16, BLOCK_N={block_n}, BLOCK_K={block_k},{options}
         )
         return out.reshape(*in0.shape[:-1], N)
 '''
@@ -455,6 +474,7 @@ def _gate_up_seed(
         return None
     names = {w: f"p{i}" for i, w in enumerate(weights)}
     return _GATE_UP_SEED.format(
+        **_tile(x, warps=2),
         init0=_init_expr(_value(weights[0])),
         init1=_init_expr(_value(weights[1])),
         gate=names[gate.args[1]],
@@ -514,9 +534,10 @@ class ModelNew(nn.Module):
         spare = [x.new_empty(1) for _ in range(3 - len(ws))]
         w3, o3 = ws + spare, outs + [x.new_empty(1) for _ in spare]
         n3 = [w.shape[0] for w in ws] + [0] * len(spare)
-        grid = (triton.cdiv(M, 16), triton.cdiv(max(n3), 64), len(ws))
+        grid = (triton.cdiv(M, 16), triton.cdiv(max(n3), {block_n}), len(ws))
         _grouped_linear_kernel[grid](
-            x, *w3, *o3, *n3, M, K, IEEE=x.dtype == torch.float32, BLOCK_M=16, BLOCK_N=64, BLOCK_K=32
+            x, *w3, *o3, *n3, M, K, IEEE=x.dtype == torch.float32,
+            BLOCK_M=16, BLOCK_N={block_n}, BLOCK_K={block_k},{options}
         )
         return tuple(o.reshape(*in0.shape[:-1], o.shape[-1]) for o in outs)
 '''
@@ -536,6 +557,7 @@ def _grouped_seed(
         return None
     names = {w: f"p{i}" for i, w in enumerate(weights)}
     return _GROUPED_SEED.format(
+        **_tile(x, warps=4),
         count=len(nodes),
         params="\n".join(
             f"        self.p{i} = nn.Parameter({_init_expr(_value(w))})" for i, w in enumerate(weights)

@@ -115,6 +115,41 @@ def test_projections_of_one_input_are_one_problem_with_a_one_kernel_seed(tmp_pat
     assert json.loads(proc.stdout)["status"] == "incorrect"
 
 
+def test_decode_shaped_half_precision_groups_get_the_skinny_tile(tmp_path):
+    """At a few rows of fp16/bf16 the seeds take 16 columns a program and long K steps (many programs streaming
+    the weight, as §11c measured best); they still compute the model's result. fp32 keeps the square tile."""
+    model = tmp_path / "gate_up_mlp_half.py"
+    model.write_text(
+        (DATA / "gate_up_mlp.py").read_text()
+        + """
+
+_Float = Model
+
+
+class Model(_Float):
+    def __init__(self):
+        super().__init__()
+        self.half()
+
+
+def get_inputs():
+    return [torch.randn(batch_size, hidden).half(), torch.randn(batch_size, hidden).half()]
+"""
+    )
+    out = tmp_path / "out"
+    groups = [p for p in harvest(model, out)["problems"] if p["kind"] == "matmuls"]
+    assert len(groups) == 2
+    for group in groups:
+        seed = (out / group["seed"]).read_text()
+        assert "BLOCK_N=16, BLOCK_K=64," in seed and "num_stages=5" in seed, seed
+        proc = ksmith("eval", out / group["file"], out / group["seed"], "--device", "cpu", "--json")
+        assert proc.returncode == 0, proc.stderr
+        assert json.loads(proc.stdout)["status"] == "ok", group
+    fp32 = harvest(DATA / "gate_up_mlp.py", tmp_path / "fp32")["problems"]
+    for group in (p for p in fp32 if p["kind"] == "matmuls"):
+        assert "BLOCK_N=64, BLOCK_K=32," in (tmp_path / "fp32" / group["seed"]).read_text()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "ops, outputs, node, kernel",
