@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import statistics
 import subprocess
@@ -121,7 +122,7 @@ def build_library(
         benched = work / "problems_only"
         benched.mkdir(exist_ok=True)
         for entry in json.loads((problems / "harvest.json").read_text())["problems"]:
-            if any(part in entry["problem"] for part in only):
+            if any(re.search(pattern, entry["problem"]) for pattern in only):
                 for name in (entry["file"], entry["seed"]):
                     if name:
                         (benched / name).write_text((problems / name).read_text())
@@ -250,7 +251,8 @@ def main() -> None:
     )  # fmt: skip
     parser.add_argument(
         "--only", nargs="+", default=None,
-        help="evolve only the harvested problems whose name holds one of these (e.g. _matmuls_ for the groups)",
+        help="evolve only the harvested problems whose name matches one of these regular expressions "
+        "(e.g. _matmuls_ for the groups of projections)",
     )  # fmt: skip
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--reps", type=int, default=20, help="samples of --calls back-to-back forwards")
