@@ -16,7 +16,10 @@ exists already (``--reuse``), so the timing can be repeated alone.
 GPU (the numbers for docs/benchmarks.md):
     python benchmarks/compile_llama.py --out benchmarks/results/<gpu-date>/compile_llama --budget 40
 Smoke test of the script on CPU (Triton interpreter; its timings mean nothing):
-    TRITON_INTERPRET=1 python benchmarks/compile_llama.py --device cpu --tiny --budget 2 --shapes 2x8 --out /tmp/cl
+    TRITON_INTERPRET=1 python benchmarks/compile_llama.py --device cpu --tiny --budget 2 --shapes 2x8 --dtype float32 \
+        --out /tmp/cl
+(float32: the CPU interpreter of Triton 3.9 multiplies bf16 tiles in ``tl.dot`` wrongly, so on CPU every bf16 GEMM
+candidate is judged incorrect; fp16 and fp32 are right.)
 """
 
 from __future__ import annotations
