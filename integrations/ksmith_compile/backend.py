@@ -266,7 +266,7 @@ def _splits_a_fusion(entry: Entry, match: Any, replaced: dict[torch.fx.Node, tor
     its own: one more launch and one more pass over the tensor, which the entry's own verdict (timed against
     the region alone) never saw. A matmul entry cuts nothing Inductor would fuse (its matmul is a library call).
     """
-    from .harvest import is_fusible, is_matmul
+    from .nodes import is_fusible, is_matmul
 
     inner = _pattern_inner(entry)
     if any(is_matmul(n) for n in inner):

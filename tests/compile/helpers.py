@@ -16,8 +16,13 @@ DATA = Path(__file__).parent / "data"
 
 
 def tiny_llama() -> tuple[torch.nn.Module, list[torch.Tensor]]:
-    pytest.importorskip("transformers")  # the model is transformers' LlamaModel (the train extra)
-    spec = importlib.util.spec_from_file_location("ksmith_test_tiny_llama", DATA / "tiny_llama.py")
+    return load_model_file(DATA / "tiny_llama.py")
+
+
+def load_model_file(path: Path) -> tuple[torch.nn.Module, list[torch.Tensor]]:
+    """A KernelBench-format model file's model (seeded) and inputs; the data models are transformers' Llama."""
+    pytest.importorskip("transformers")  # the train extra
+    spec = importlib.util.spec_from_file_location(f"ksmith_test_{path.stem}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     torch.manual_seed(0)
