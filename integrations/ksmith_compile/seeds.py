@@ -359,6 +359,7 @@ def _grouped_seed(
 # tolerance, and the evaluator's five trials see several.) The first pass is a chain of loads the GEMM's
 # pipelining does not reach: on an H100 each of its steps cost about 1 us (docs/benchmarks.md section 11e),
 # so it reads the rows in steps of its own, BLOCK_KS wide, a few at most.
+STATISTICS_BLOCK = 1024  # the first pass's step: [16, 1024] 16-bit values, 32 KB (64 with a residual)
 _NORM_STATISTICS = """\
     sq = tl.zeros((BLOCK_M,), dtype=tl.float32)
     for k0 in range(0, K, BLOCK_KS):
@@ -372,7 +373,6 @@ _NORM_STATISTICS = """\
         xf = xs.to(tl.float32)
         sq += tl.sum(xf * xf, axis=1)
     rstd = tl.rsqrt(sq / K + eps)"""
-STATISTICS_BLOCK = 1024  # the first pass's step: [16, 1024] 16-bit values, 32 KB of registers (64 KB with a residual)
 _NORMED_ROWS = """\
         x_mask = (rm[:, None] < M) & (rk[None, :] < K)
         x = tl.load(x_ptr + rm[:, None] * K + rk[None, :], mask=x_mask, other=0.0)
