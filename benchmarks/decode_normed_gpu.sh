@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The Llama decode step (docs/benchmarks.md section 11e) with each RMSNorm inside the kernel of the projections
 # it feeds: harvest the 4-layer model at 8x1, evolve the normed q/k/v groups (with and without the residual add
-# before the norm), the normed gate/up pair and the GEMM + residual regions, export them into one library and
-# time the model against Inductor (compile_llama.py). Then the GPU test of the normed groups. Files under $OUT:
+# before the norm), the normed gate/up pair, the plain groups and the GEMM + residual regions, export them into
+# one library (where a normed and a plain group overlap, the one that saved more on its own problem is swapped)
+# and time the model against Inductor (compile_llama.py). Then the GPU test of the normed groups. Files under $OUT:
 # compile_llama.log, results.json, bench.log, harvest.json, lineage.txt, library.tgz, gpu_test.log.
 # BUDGET (8), BENCH_SECONDS (150) and ROUNDS (5) set the run; TESTS="" skips the test.
 set -u
@@ -12,6 +13,7 @@ export PYTHONUNBUFFERED=1
 W=/tmp/decode_normed
 timeout ${LIMIT:-420} python benchmarks/compile_llama.py --shapes 8x1 --budget ${BUDGET:-8} --parallel 8 \
   --only '_matmuls_to_pow_mean_add_rsqrt_mul_linear' '_matmuls_add_to_pow_mean_rsqrt_mul_linear$' '_matmul_linear_add$' \
+    ${PLAIN-'_matmuls_linear$' '_matmuls_linear_silu_mul$'} \
   --bench-seconds ${BENCH_SECONDS:-150} --rounds ${ROUNDS:-5} --out $W 2>&1 | tee $OUT/compile_llama.log
 cp $W/results.json $W/b8_s1/bench.log $W/b8_s1/problems/harvest.json $OUT/ 2>/dev/null
 for run in $W/b8_s1/bench/runs/*; do echo "== $(basename $run)"; python benchmarks/lineage.py $run; done > $OUT/lineage.txt 2>&1
