@@ -60,6 +60,7 @@ class Harvested:
     inputs: list[dict[str, Any]]
     seed: str | None = None  # a seed kernel (NAME.seed.py), where harvest can write one
     occurrences: list[str] = field(default_factory=list)  # "<graph>:<output node>"
+    places: list[tuple[int, list[str]]] = field(default_factory=list)  # (graph, node names) per occurrence
 
 
 def _outputs(region: set[torch.fx.Node]) -> list[torch.fx.Node]:
@@ -273,8 +274,13 @@ def _param_placeholders(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> 
     }
 
 
-def harvest(model_file: Path, output: Path, device: str = "cpu") -> dict[str, Any]:
-    """Write one problem per distinct region of the model into ``output``; returns what was written."""
+def harvest(
+    model_file: Path, output: Path, device: str = "cpu", time_share: bool | None = None
+) -> dict[str, Any]:
+    """Write one problem per distinct region of the model into ``output``; returns what was written.
+
+    ``time_share`` (default: on a GPU) also measures each region's share of the Inductor-compiled model's kernel
+    time (:mod:`.time_share`), GPU time on a GPU and CPU time on CPU."""
     from ksmith_core.clitools import output_dir
 
     from .report import load_model_file
@@ -326,6 +332,7 @@ def harvest(model_file: Path, output: Path, device: str = "cpu") -> dict[str, An
                 name = f"{stem}_{len(written):02d}_{kind}_{'_'.join(dict.fromkeys(ops))}"[:80]
                 written[source] = Harvested(name, kind, source, ops, specs, seed)
             written[source].occurrences.append(where)
+            written[source].places.append((index, [n.name for n in nodes]))
     problems = []
     for item in written.values():
         (out_dir / f"{item.name}.py").write_text(item.source, encoding="utf-8")
@@ -340,9 +347,32 @@ def harvest(model_file: Path, output: Path, device: str = "cpu") -> dict[str, An
                 "inputs": item.inputs,
                 "occurrences": item.occurrences,
                 "seed": f"{item.name}.seed.py" if item.seed is not None else None,
-                "gpu_time_share": None,  # measured from the Inductor-compiled model on a GPU: not written yet
+                "time_share": None,
             }
         )
     summary = {"model": str(model_file), "graphs": len(graphs), "problems": problems, "skipped": skipped}
+    if time_share if time_share is not None else device == "cuda":
+        summary["time_share"] = _measure_shares(model, inputs, device, written, problems)
     (out_dir / "harvest.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
+    return summary
+
+
+def _measure_shares(
+    model: torch.nn.Module,
+    inputs: list[Any],
+    device: str,
+    written: dict[str, Harvested],
+    problems: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """Fill each problem's ``time_share``; the profile's summary, or why it could not be measured (a measurement
+    that fails leaves the problems written, their shares ``null``)."""
+    from . import time_share
+
+    occurrences = {item.name: item.places for item in written.values()}
+    try:
+        by_problem, summary = time_share.measure(model, inputs, device, occurrences)
+    except Exception as exc:  # noqa: BLE001 - the problems stand without the measurement
+        return {"device": device, "error": f"{type(exc).__name__}: {exc}".splitlines()[0][:300]}
+    for problem in problems:
+        problem["time_share"] = by_problem.get(problem["problem"])
     return summary

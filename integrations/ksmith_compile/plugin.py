@@ -70,22 +70,39 @@ def compile_report_command(model_file, library, device, timed, as_json):
     help="Directory to write the problems to.",
 )
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default=None, help="Default: cuda if present.")
+@click.option(
+    "--time-share/--no-time-share",
+    default=None,
+    help="Measure each region's share of the Inductor-compiled model's kernel time (default: on a GPU).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print what was written as one JSON object.")
-def harvest_command(model_file, output, device, as_json):
+def harvest_command(model_file, output, device, time_share, as_json):
     """Write one KernelBench problem per fusible region and per matmul (with its epilogue) of MODEL_FILE."""
     import torch
 
     from ksmith_compile.harvest import harvest
 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    summary = harvest(model_file, output, device)
+    summary = harvest(model_file, output, device, time_share)
     if as_json:
         click.echo(json.dumps(summary, indent=2))
         return
     for problem in summary["problems"]:
         where = ", ".join(problem["occurrences"])
+        share = (
+            f", {100 * problem['time_share']:.1f} % of the time" if problem["time_share"] is not None else ""
+        )
         click.echo(
-            f"{problem['file']}: {problem['kind']} ({' '.join(problem['ops'])}) x{len(problem['occurrences'])} at {where}"
+            f"{problem['file']}: {problem['kind']} ({' '.join(problem['ops'])}) x{len(problem['occurrences'])}"
+            f" at {where}{share}"
+        )
+    measured = summary.get("time_share")
+    if measured and "error" in measured:
+        click.echo(f"time shares not measured: {measured['error']}")
+    elif measured:
+        click.echo(
+            f"time shares: of {measured['launches_ms']:.4g} ms a forward ({measured['what']}, Inductor-compiled),"
+            f" {measured['unattributed_ms']:.4g} ms in launches no region computes"
         )
     for item in summary["skipped"]:
         click.echo(f"skipped {item['region']}: {item['reason']}")
