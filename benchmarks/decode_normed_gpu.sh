@@ -3,7 +3,8 @@
 # it feeds: harvest the 4-layer model at 8x1, evolve the normed q/k/v groups (with and without the residual add
 # before the norm), the normed gate/up pair, the plain groups and the GEMM + residual regions, export them into
 # one library (where a normed and a plain group overlap, the one that saved more on its own problem is swapped)
-# and time the model against Inductor (compile_llama.py). Then the GPU test of the normed groups. Files under $OUT:
+# and time the model against Inductor (compile_llama.py; its harvest also writes each region's time share). Then the
+# GPU tests of the normed groups and of the time shares. Files under $OUT:
 # compile_llama.log, results.json, bench.log, harvest.json, lineage.txt, library.tgz, gpu_test.log.
 # BUDGET (8), BENCH_SECONDS (150) and ROUNDS (5) set the run; TESTS="" skips the test.
 set -u
@@ -19,5 +20,6 @@ cp $W/results.json $W/b8_s1/bench.log $W/b8_s1/problems/harvest.json $OUT/ 2>/de
 for run in $W/b8_s1/bench/runs/*; do echo "== $(basename $run)"; python benchmarks/lineage.py $run; done > $OUT/lineage.txt 2>&1
 tar czf $OUT/library.tgz -C $W/b8_s1 library 2>/dev/null
 if [ -n "${TESTS-1}" ]; then
-  timeout 200 python -m pytest -q -m gpu tests/compile/test_inline_gpu.py -k norms -p no:cacheprovider 2>&1 | tail -5 | tee $OUT/gpu_test.log
+  timeout 200 python -m pytest -q -m gpu tests/compile/test_inline_gpu.py tests/compile/test_time_share.py \
+    -k "norms or attributed" -p no:cacheprovider > $OUT/gpu_test.log 2>&1; tail -5 $OUT/gpu_test.log
 fi
