@@ -106,6 +106,24 @@ def ksmith(*args: object, timeout: float | None = None) -> subprocess.CompletedP
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
+def print_time_shares(summary: dict, top: int = 12) -> None:
+    """Where the Inductor-compiled model's kernel time goes, by harvested problem (harvest's ``time_share``)."""
+    measured = summary.get("time_share")
+    if not measured:
+        return
+    if "error" in measured:
+        print(f"  time shares not measured: {measured['error']}", flush=True)
+        return
+    print(
+        f"  Inductor-compiled forward: {measured['launches_ms']:.4f} ms of launches ({measured['what']}),"
+        f" {measured['unattributed_ms']:.4f} ms in none of the problems; the problems' shares (they overlap):",
+        flush=True,
+    )
+    ranked = sorted(summary["problems"], key=lambda p: -(p["time_share"] or 0))
+    for problem in ranked[:top]:
+        print(f"    {100 * (problem['time_share'] or 0):5.1f} %  {problem['problem']}", flush=True)
+
+
 def build_library(
     model_file: Path,
     work: Path,
@@ -120,6 +138,7 @@ def build_library(
         proc = ksmith("harvest", model_file, "-o", problems, "--device", device, "--json")
         if proc.returncode != 0:
             raise SystemExit(f"harvest failed: {proc.stderr.strip()}")
+        print_time_shares(json.loads(proc.stdout))
     benched = problems
     if only:  # a folder of its own holding the chosen problems and their seeds
         benched = work / "problems_only"
