@@ -539,9 +539,9 @@ def _normed_seed(
             return None
     elif activations != [source]:
         return None
-    dtype = value_of(source).dtype
+    dtype, width = value_of(source).dtype, value_of(source).shape[-1]
     projections = [value_of(n.args[1]) for n in linears]
-    if value_of(weight).dtype != dtype or value_of(weight).dim() != 1:
+    if value_of(weight).dtype != dtype or tuple(value_of(weight).shape) != (width,):
         return None
     if any(w.dim() != 2 or w.dtype != dtype or w.shape[1] != value_of(source).shape[-1] for w in projections):
         return None
@@ -549,7 +549,9 @@ def _normed_seed(
     if set(names) != {weight, *(n.args[1] for n in linears)}:
         return None
     x_in, r_in = ("in0", "in1") if residual is not None else ("in0", None)
-    width = value_of(source).shape[-1]
+    # The sum is an output where the model reads it again (the next residual); an add that only the norm reads
+    # is inside the norm's piece, and the kernel adds the two inputs without returning the sum.
+    returns_sum = residual is not None and any(u not in set(nodes) for u in residual.users)
     common = dict(
         **_tile(value_of(source), warps=4),
         block_ks=min(STATISTICS_BLOCK, 1 << max(0, width - 1).bit_length()),
@@ -560,14 +562,16 @@ def _normed_seed(
         args=", ".join(a for a in (x_in, r_in) if a),
         x=x_in,
         r=f"{r_in}.reshape(-1, shape[-1]).contiguous()" if r_in else "x  # no residual: unused",
-        h="torch.empty_like(x)  # the residual sum, an output of the region" if r_in else "x  # unused",
+        h=("torch.empty_like(x)  # the residual sum" + (", an output of the region" if returns_sum else ""))
+        if r_in
+        else "x  # unused",
         residual=residual is not None,
         norm=names[weight],
         eps=eps,
         statistics=_NORM_STATISTICS,
         rows=_NORMED_ROWS,
     )
-    sum_first = "h.reshape(shape), " if residual is not None else ""
+    sum_first = "h.reshape(shape), " if returns_sum else ""
     pair = gate_up_pair(group)
     if pair is not None:
         gate, up = pair
@@ -575,7 +579,7 @@ def _normed_seed(
             **common,
             gate=names[gate.args[1]],
             up=names[up.args[1]],
-            returns=f"({sum_first}product)" if residual is not None else "product",
+            returns=f"({sum_first}product)" if returns_sum else "product",
         )
     if len(linears) != len(group) or not 2 <= len(group) <= MAX_GROUP:
         return None
@@ -583,7 +587,7 @@ def _normed_seed(
         **common,
         count=len(linears),
         weights=", ".join(f"self.{names[n.args[1]]}" for n in linears) + ",",
-        returns=f"({sum_first}*projections)" if residual is not None else "projections",
+        returns=f"({sum_first}*projections)" if returns_sum else "projections",
     )
 
 
@@ -603,7 +607,7 @@ def rms_norm(nodes: list[torch.fx.Node]) -> tuple[torch.fx.Node, torch.fx.Node, 
     dtype = value_of(source).dtype
     if _cast_to(up) != torch.float32 or _cast_to(down) != dtype:
         return None
-    if not (_is_method_or(square, "pow", torch.pow, operator.pow) and square.args[1:] == (2,)):
+    if not (_is_method_or(square, "pow", torch.pow, operator.pow) and square.args == (up, 2)):
         return None
     last = value_of(source).dim() - 1
     if not (

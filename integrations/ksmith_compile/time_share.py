@@ -1,19 +1,25 @@
 """Each harvested region's share of the Inductor-compiled model's kernel time (``harvest.json``'s ``time_share``).
 
 The model is compiled as ``backend="inductor"`` compiles it and profiled for a few forwards. Each launch's time
-is attributed to the nodes of Dynamo's graph that it computes, which Inductor's output code names:
+is attributed to the nodes of Dynamo's graph that it computes, which Inductor's output code notes in its
+``call`` function, in launch order (``# Topologically Sorted Source Nodes: [...]``):
 
-- above each kernel it defines, ``# Topologically Sorted Source Nodes: [...]`` lists the nodes it computes;
-- a call into a library (``extern_kernels.mm``, ``torch.ops.aten.<op>``) follows a note listing the nodes
-  since the previous note, less those of the noted kernels launched in between. Inductor's C++ kernels (CPU)
-  carry no note of their own: each shares the note of the library call after it, and both count for every
-  node it names (so on CPU a norm fused before a matmul counts for the matmul's region too, and a kernel with
-  no library call after it is not attributed).
+- above each Triton kernel launch, the nodes that kernel computes (a kernel Inductor reuses for identical
+  layers is launched from several places, each with its own note);
+- above each call into a library (``extern_kernels.mm``, ``torch.ops.aten.<op>``), the nodes the call's IR
+  node gathered, which include producers computed by earlier launches: those are taken off, so the call keeps
+  its own nodes (the matmul, its views).
+
+Inductor's C++ kernels (CPU) are launched with no note of their own: the note of the next library call also
+names their nodes, so on CPU each such kernel and that call count for all of them together (a norm fused in
+front of a matmul counts for the matmul's problems and the matmul for the norm's), and a kernel with no
+library call after it counts for none. CPU shares show the machinery works; GPU shares are the measurement.
 
 Under the profiler every launch is an event directly below the graph's ``## Call CompiledFxGraph`` event: a
 Triton launch is a record function named after its kernel (Inductor's launcher records one), a C++ kernel
 one named ``graph_<i>_<kernel>`` (with Inductor's ``cpp.enable_kernel_profile``), a library call its
-``aten::<op>``. A launch's time is the GPU time of the kernels it launched on a GPU, its CPU time on CPU.
+``aten::<op>``. They are matched to the code's launches in order. A launch's time is the GPU time of the
+kernels it launched on a GPU, its CPU time on CPU.
 
 A region's share is the time of the launches that compute any node of any of its occurrences, over the time
 of all launches. Inductor fuses across regions (a residual add into the norm after it), and a group of
@@ -28,7 +34,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-_SOURCE_NOTE = re.compile(r"#\s*Topologically Sorted Source Nodes: \[(.*?)\]")
+_SOURCE_NOTE = re.compile(r"#\s*(?:Topologically Sorted|Unsorted) Source Nodes: \[(.*?)\]")
 _KERNEL_DEF = re.compile(r"^(\w+) = async_compile\.\w+\(")
 _EXTERN_CALL = re.compile(r"\b(?:extern_kernels\.(\w+)|torch\.ops\.aten\.(\w+)\.\w+)\(")
 _CALL = re.compile(r"\b(\w+)(?:\.run)?\(")
@@ -37,57 +43,46 @@ FORWARDS = 5  # profiled forwards, after two unprofiled ones
 
 
 @dataclass
-class GraphLaunches:
-    """What one graph's output code launches: its kernels by name and its library calls in order, each with
-    the Dynamo nodes it computes."""
+class CodeLaunch:
+    """One launch in a graph's ``call``: a kernel (by name) or a library call (``aten::<op>``), with the nodes
+    it computes (None: the code does not say)."""
 
-    kernels: dict[str, list[str]]
-    externs: list[tuple[str, list[str]]]  # (aten op name, nodes)
-    defined: set[str]  # every kernel the code defines, with nodes or not
+    name: str
+    nodes: list[str] | None
 
 
-def parse_output_code(code: str) -> GraphLaunches:
-    """The launches of one Inductor output code (a Python wrapper, on GPU or CPU)."""
+def parse_output_code(code: str) -> list[CodeLaunch]:
+    """The launches of one Inductor output code (a Python wrapper, on GPU or CPU), in the order ``call`` makes
+    them."""
     head, _, body = code.partition("def call(")
-    kernels: dict[str, list[str]] = {}
+    kernels = {m.group(1) for m in map(_KERNEL_DEF.match, head.splitlines()) if m}
+    launches: list[CodeLaunch] = []
     note: list[str] | None = None
-    for line in head.splitlines():
+    done: set[str] = set()  # nodes of the launches so far
+    unnoted: list[CodeLaunch] = []  # kernels launched with no note since the last library call (C++)
+    for line in body.splitlines():
         found = _SOURCE_NOTE.search(line)
         if found:
             note = _names(found.group(1))
             continue
-        defined = _KERNEL_DEF.match(line)
-        if defined and note is not None:
-            kernels[defined.group(1)] = note
-            note = None
-    externs: list[tuple[str, list[str]]] = []
-    defined = _defined_names(head)
-    note: list[str] | None = None
-    launched: set[str] = set()  # nodes of the noted kernels launched since the last note
-    unnoted: list[str] = []  # kernels with no note of their own launched since the last library call
-    for line in body.splitlines():
-        found = _SOURCE_NOTE.search(line)
-        if found:
-            note, launched = _names(found.group(1)), set()
-            continue
         call = _EXTERN_CALL.search(line)
         if call:
-            nodes = [n for n in note or [] if n not in launched]
-            externs.append((call.group(1) or call.group(2), nodes))
-            for kernel in unnoted:  # C++ kernels: they share the note with the library call after them
-                kernels[kernel] = nodes
-            note, launched, unnoted = None, set(), []
+            nodes = [n for n in note or [] if n not in done]
+            launches.append(CodeLaunch(f"aten::{call.group(1) or call.group(2)}", nodes))
+            for kernel in unnoted:
+                kernel.nodes = nodes
+            done.update(nodes)
+            note, unnoted = None, []
             continue
         for name in _CALL.findall(line):
-            if name in kernels and name not in unnoted:
-                launched.update(kernels[name])
-            elif name in defined:
-                unnoted.append(name)
-    return GraphLaunches(kernels, externs, defined)
-
-
-def _defined_names(head: str) -> set[str]:
-    return {m.group(1) for m in map(_KERNEL_DEF.match, head.splitlines()) if m}
+            if name in kernels:
+                launches.append(CodeLaunch(name, note))
+                if note is None:
+                    unnoted.append(launches[-1])
+                else:
+                    done.update(note)
+                note = None
+    return launches
 
 
 def _names(listed: str) -> list[str]:
@@ -103,7 +98,7 @@ class Launch:
 
 
 def attribute(
-    graphs: list[GraphLaunches], calls: list[list[tuple[str, float]]], forwards: int, device: str
+    graphs: list[list[CodeLaunch]], calls: list[list[tuple[str, float]]], forwards: int, device: str
 ) -> list[Launch]:
     """Each launch of the profiled forwards with its nodes: ``calls`` holds, per ``## Call CompiledFxGraph`` event
     in time order, its direct children (name, ms); every forward runs the graphs once each, in order."""
@@ -115,25 +110,19 @@ def attribute(
     totals: dict[tuple[int, int], Launch] = {}
     for index, children in enumerate(calls):
         graph = index % len(graphs)
-        launches = graphs[graph]
-        position = 0  # the next library call of the graph not yet matched
+        code = graphs[graph]
+        position = 0  # the next launch of the code not yet matched
         for order, (name, ms) in enumerate(children):
-            nodes: list[str] | None = None
-            kernel = re.sub(r"^graph_\d+_", "", name)
-            is_kernel = kernel in launches.defined
-            if is_kernel:
-                nodes = launches.kernels.get(kernel)
-            elif name.startswith("aten::"):
-                op = name.removeprefix("aten::")
-                match = next(
-                    (i for i in range(position, len(launches.externs)) if launches.externs[i][0] == op), None
-                )
-                if match is not None:
-                    nodes, position = launches.externs[match][1], match + 1
-            if nodes is None and not is_kernel and (device != "cuda" or ms <= 0):
+            name = re.sub(r"^graph_\d+_", "", name)
+            match = next((i for i in range(position, len(code)) if code[i].name == name), None)
+            if match is not None:
+                position = match + 1
+                key, nodes = (graph, match), code[match].nodes
+            elif device == "cuda" and ms > 0:
+                key, nodes = (graph, -1 - order), None  # GPU time the code does not name
+            else:
                 continue  # host-side work (allocations, views): no kernel time of its own
-            key = (graph, order)
-            launch = totals.setdefault(key, Launch(graph, kernel, 0.0, frozenset(nodes) if nodes else None))
+            launch = totals.setdefault(key, Launch(graph, name, 0.0, frozenset(nodes) if nodes else None))
             launch.ms += ms / forwards
     return list(totals.values())
 

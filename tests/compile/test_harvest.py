@@ -186,6 +186,29 @@ def test_the_norm_before_a_group_is_one_region_with_it_whose_seed_rounds_as_eage
         assert _evaluate(out / residual["file"], out / "broken.seed.py") == "incorrect", wrong
 
 
+@pytest.mark.slow
+def test_normed_seeds_cover_two_row_blocks_a_ragged_width_and_an_add_only_the_norm_reads(tmp_path):
+    """20 rows (two row blocks), hidden 100 (a partial last tile). An add that only its norm reads is inside the
+    norm's piece: the seed adds the two inputs and returns only the projections. A residual sum the output reads
+    again is returned, written for every row block: a seed that writes the first block's only is caught."""
+    out = tmp_path / "out"
+    summary = harvest(DATA / "normed_block.py", out)
+    normed = {
+        tuple(p["ops"]): p for p in summary["problems"] if p["kind"] == "matmuls" and "rsqrt" in p["ops"]
+    }
+    prenorm, residual = normed[("add", *NORM, *QKV)], normed[("add", *NORM, *GATE_UP)]
+    assert sorted(normed) == sorted([("add", *NORM, *QKV), ("add", *NORM, *GATE_UP), (*NORM, *GATE_UP)])
+    assert "return projections" in (out / prenorm["seed"]).read_text()
+    assert "return (h.reshape(shape), product)" in (out / residual["seed"]).read_text()
+    for problem in normed.values():
+        assert _evaluate(out / problem["file"], out / problem["seed"]) == "ok", problem["problem"]
+    seed = (out / residual["seed"]).read_text()
+    right = "writes_sum = pid_n == 0"
+    assert right in seed
+    (out / "first_block.seed.py").write_text(seed.replace(right, "writes_sum = (pid_n == 0) & (pid_m == 0)"))
+    assert _evaluate(out / residual["file"], out / "first_block.seed.py") == "incorrect"
+
+
 def _evaluate(problem, seed):
     proc = ksmith("eval", problem, seed, "--device", "cpu", "--json")
     assert proc.returncode == 0, proc.stderr

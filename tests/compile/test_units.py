@@ -66,3 +66,36 @@ def test_several_outputs_leave_the_operator_in_memory_of_their_own():
         assert not any(torch._C._is_alias_of(a, b) for b in outs[i + 1 :])
     for got, want in zip(outs, given):
         assert torch.equal(got, want)
+
+
+def test_the_rms_norm_seeds_read_is_llamas_form_exactly():
+    """The seeds normalise as Llama's RMSNorm does; a norm that squares the input before its upcast, or is not
+    followed by the weight product, gets no seed."""
+    from ksmith_compile.seeds import rms_norm
+
+    def llama(x, w):
+        h = x.to(torch.float32)
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-5)
+        return w * h.to(x.dtype)
+
+    def squares_the_input(x, w):
+        h = x.to(torch.float32)
+        h = h * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5)
+        return w * h.to(x.dtype)
+
+    def no_weight(x, w):
+        h = x.to(torch.float32)
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-5)
+        return h.to(x.dtype) + w
+
+    found = {}
+    for fn in (llama, squares_the_input, no_weight):
+        with torch.no_grad():
+            gm, _ = dynamo_graph(
+                fn, torch.randn(4, 16, dtype=torch.float16), torch.randn(16, dtype=torch.float16)
+            )
+        ((_, nodes),) = [(kind, nodes) for kind, nodes in find_regions(gm) if kind == "fusible"]
+        found[fn.__name__] = rms_norm(nodes)
+    source, weight, eps = found["llama"]
+    assert (source.name, weight.name, eps) == ("l_x_", "l_w_", 1e-5)
+    assert found["squares_the_input"] is None and found["no_weight"] is None
