@@ -10,7 +10,8 @@ For each shape (prefill B x S, decode B x 1; no KV cache), the loop of docs/comp
    mode and in ``reduce-overhead`` mode (same mode compared with same mode), and record which regions were
    swapped.
 
-Results: OUT/results.json and a markdown table on stdout. Steps 2-4 are skipped for a shape whose library
+Results: OUT/results.json (on a GPU with each reduce-overhead variant's kernels: their GPU time per forward, by
+kernel) and a markdown table on stdout. Steps 2-4 are skipped for a shape whose library
 exists already (``--reuse``), so the timing can be repeated alone.
 
 GPU (the numbers for docs/benchmarks.md):
@@ -189,6 +190,40 @@ def time_forward(fn, inputs, device: str, warmup: int, reps: int, calls: int = 2
     return statistics.median(times)
 
 
+def kernel_profile(fn, inputs, forwards: int = 20) -> dict:
+    """Each GPU kernel's time per forward (torch.profiler, CUDA activity; under CUDA graphs too): by kernel name,
+    how many launches a forward and their milliseconds, and their sum."""
+    from collections import defaultdict
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    for _ in range(3):
+        fn(*inputs)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(forwards):
+            fn(*inputs)
+        torch.cuda.synchronize()
+    by_name: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
+    for event in prof.events():
+        if event.device_type == torch.autograd.DeviceType.CUDA:
+            by_name[event.name][0] += 1 / forwards
+            by_name[event.name][1] += event.time_range.elapsed_us() / 1000 / forwards
+    kernels = sorted(([name, n, ms] for name, (n, ms) in by_name.items()), key=lambda k: -k[2])
+    return {"kernel_ms": sum(k[2] for k in kernels), "kernels": kernels}
+
+
+def print_kernel_profile(key: str, found: dict, forward_ms: float, top: int = 12) -> None:
+    print(
+        f"  {key}: kernels {found['kernel_ms']:.4f} ms of a {forward_ms:.4f} ms forward"
+        f" ({100 * found['kernel_ms'] / forward_ms:.0f} %); the largest (launches a forward, ms):",
+        flush=True,
+    )
+    for name, launches, ms in found["kernels"][:top]:
+        print(f"    {ms:.4f}  x{launches:g}  {name[:100]}", flush=True)
+
+
 def versions(device: str) -> dict:
     """torch's version and, on a GPU, its name: what every results file records."""
     try:
@@ -247,6 +282,15 @@ def measure(
         results[f"{key}_ms"] = statistics.median(times)
         results[f"{key}_rounds_ms"] = times
         results[f"{key}_spread"] = (max(times) - min(times)) / statistics.median(times)
+    if device == "cuda":  # where each forward's GPU time goes, kernel by kernel
+        with torch.no_grad():
+            for key in ("inductor_reduce-overhead", "kernelsmith_reduce-overhead"):
+                found = kernel_profile(fns[key], inputs)
+                if found["kernel_ms"] < 0.2 * results[f"{key}_ms"]:  # the graph's kernels not seen one by one
+                    found = kernel_profile(fns[key.replace("reduce-overhead", "default")], inputs)
+                    found["profiled"] = "default mode (the same kernels, launched without CUDA graphs)"
+                results[f"{key}_kernels"] = found
+                print_kernel_profile(key, found, results[f"{key}_ms"])
     results["swapped"] = sum(1 for r in results["regions"] or () if r["swapped"])
     results["inlined"] = sum(
         1 for r in results["regions"] or () if r["swapped"] and "_inline" in r["reason"].split(" (")[0]
