@@ -358,8 +358,10 @@ def _grouped_seed(
 # where eager rounds twice: at K = 2048 in bfloat16 about one output in 80,000 then falls outside the 1e-2
 # tolerance, and the evaluator's five trials see several.) The first pass is a chain of loads the GEMM's
 # pipelining does not reach: on an H100 each of its steps cost about 1 us (docs/benchmarks.md section 11e),
-# so it reads the rows in steps of its own, BLOCK_KS wide, a few at most.
-STATISTICS_BLOCK = 1024  # the first pass's step: [16, 1024] 16-bit values, 32 KB (64 with a residual)
+# so it reads the rows in steps of its own, BLOCK_KS wide. Wider is not better: a [16, 1024] step holds 128
+# fp32 values a thread at 4 warps, and the seed fell from 0.89x to 0.64x of torch.compile (section 11f);
+# 256 was the fastest step measured.
+STATISTICS_BLOCK = 256  # the first pass's step: [16, 256] 16-bit values, 8 KB (16 with a residual)
 _NORM_STATISTICS = """\
     sq = tl.zeros((BLOCK_M,), dtype=tl.float32)
     for k0 in range(0, K, BLOCK_KS):
