@@ -91,28 +91,37 @@ class ModelNew(nn.Module):
         N = w.shape[0]
         out = torch.empty((M, N), dtype=in0.dtype, device=in0.device)
         other = {other}
-        grid = (triton.cdiv(M, 16), triton.cdiv(N, {block_n}))
+        grid = (triton.cdiv(M, {block_m}), triton.cdiv(N, {block_n}))
         _linear_kernel[grid](
             x, w, other, out, M, N, K,
-            EPILOGUE={epilogue}, IEEE=x.dtype == torch.float32, BLOCK_M=16, BLOCK_N={block_n}, BLOCK_K={block_k},{options}
+            EPILOGUE={epilogue}, IEEE=x.dtype == torch.float32, BLOCK_M={block_m}, BLOCK_N={block_n}, BLOCK_K={block_k},{options}
         )
         return out.reshape(*in0.shape[:-1], N)
 '''
 # A decode-shaped GEMM (a few rows against a weight streamed from DRAM) wants many programs, each streaming a
 # narrow slice of the weight in long K steps: on an H100 the best skinny kernel for the Llama weights at 8 rows
 # took 16 columns a program and 128-256 of K a step, 2-4 warps, 5-6 stages (docs/benchmarks.md §11c). A seed
-# with 64 columns a program left most of the GPU's SMs with one program each. Other shapes keep a small square
-# tile the search moves from.
-DECODE_ROWS = 16
+# with 64 columns a program left most of the GPU's SMs with one program each. Up to DECODE_ROWS rows, one
+# program covers every row (BLOCK_M the rows' next power of two, at least 16, what tl.dot takes), so each
+# weight tile is read once: at 64 rows, 16-row tiles read each weight four times and the o_proj seed ran at
+# 0.62x of torch.compile (§11f). Other shapes keep a small square tile the search moves from.
+DECODE_ROWS = 64
 
 
 def _tile(x: torch.Tensor, warps: int) -> dict[str, object]:
-    """The seed's ``BLOCK_N``, ``BLOCK_K`` and launch options for activations ``x``."""
+    """The seed's ``BLOCK_M``, ``BLOCK_N``, ``BLOCK_K`` and launch options for activations ``x``."""
     rows, k = x.numel() // max(x.shape[-1], 1), x.shape[-1]
     if rows <= DECODE_ROWS and x.dtype in (torch.float16, torch.bfloat16):
+        block_m = max(16, 1 << max(0, rows - 1).bit_length())
         block_k = min(128, max(32, 1 << (k - 1).bit_length()))
-        return {"block_n": 16, "block_k": block_k, "options": f" num_warps={warps}, num_stages=5,"}
-    return {"block_n": 64, "block_k": 32, "options": ""}
+        stages = 5 if block_m <= 32 else 4  # a stage holds a [BLOCK_M, BLOCK_K] tile of the rows too
+        return {
+            "block_m": block_m,
+            "block_n": 16,
+            "block_k": block_k,
+            "options": f" num_warps={warps}, num_stages={stages},",
+        }
+    return {"block_m": 16, "block_n": 64, "block_k": 32, "options": ""}
 
 
 _EPILOGUES = {(): (0, "linear"), ("add",): (1, "linear + add"), ("mul",): (2, "linear * other"),
@@ -217,10 +226,10 @@ class ModelNew(nn.Module):
         M, K = x.shape
         N = gate.shape[0]
         out = torch.empty((M, N), dtype=in0.dtype, device=in0.device)
-        grid = (triton.cdiv(M, 16), triton.cdiv(N, {block_n}))
+        grid = (triton.cdiv(M, {block_m}), triton.cdiv(N, {block_n}))
         _gate_up_kernel[grid](
             x, gate, up, out, M, N, K, IEEE=x.dtype == torch.float32,
-            BLOCK_M=16, BLOCK_N={block_n}, BLOCK_K={block_k},{options}
+            BLOCK_M={block_m}, BLOCK_N={block_n}, BLOCK_K={block_k},{options}
         )
         return out.reshape(*in0.shape[:-1], N)
 '''
@@ -318,10 +327,10 @@ class ModelNew(nn.Module):
         spare = [x.new_empty(1) for _ in range(3 - len(ws))]
         w3, o3 = ws + spare, outs + [x.new_empty(1) for _ in spare]
         n3 = [w.shape[0] for w in ws] + [0] * len(spare)
-        grid = (triton.cdiv(M, 16), triton.cdiv(max(n3), {block_n}), len(ws))
+        grid = (triton.cdiv(M, {block_m}), triton.cdiv(max(n3), {block_n}), len(ws))
         _grouped_linear_kernel[grid](
             x, *w3, *o3, *n3, M, K, IEEE=x.dtype == torch.float32,
-            BLOCK_M=16, BLOCK_N={block_n}, BLOCK_K={block_k},{options}
+            BLOCK_M={block_m}, BLOCK_N={block_n}, BLOCK_K={block_k},{options}
         )
         return tuple(o.reshape(*in0.shape[:-1], o.shape[-1]) for o in outs)
 '''
@@ -441,11 +450,11 @@ class ModelNew(nn.Module):
         spare = [x.new_empty(1) for _ in range(3 - len(ws))]
         w3, o3 = ws + spare, outs + [x.new_empty(1) for _ in spare]
         n3 = [w.shape[0] for w in ws] + [0] * len(spare)
-        grid = (triton.cdiv(M, 16), triton.cdiv(max(n3), {block_n}), len(ws))
+        grid = (triton.cdiv(M, {block_m}), triton.cdiv(max(n3), {block_n}), len(ws))
         _normed_grouped_kernel[grid](
             x, r, h, self.{norm}.contiguous(), *w3, *o3, *n3, M, K, {eps!r},
             RESIDUAL={residual}, IEEE=x.dtype == torch.float32,
-            BLOCK_M=16, BLOCK_N={block_n}, BLOCK_K={block_k}, BLOCK_KS={block_ks},{options}
+            BLOCK_M={block_m}, BLOCK_N={block_n}, BLOCK_K={block_k}, BLOCK_KS={block_ks},{options}
         )
         projections = tuple(o.reshape(*shape[:-1], o.shape[-1]) for o in outs)
         return {returns}
@@ -508,11 +517,11 @@ class ModelNew(nn.Module):
         M, K = x.shape
         N = gate.shape[0]
         out = torch.empty((M, N), dtype=x.dtype, device=x.device)
-        grid = (triton.cdiv(M, 16), triton.cdiv(N, {block_n}))
+        grid = (triton.cdiv(M, {block_m}), triton.cdiv(N, {block_n}))
         _normed_gate_up_kernel[grid](
             x, r, h, self.{norm}.contiguous(), gate, up, out, M, N, K, {eps!r},
             RESIDUAL={residual}, IEEE=x.dtype == torch.float32,
-            BLOCK_M=16, BLOCK_N={block_n}, BLOCK_K={block_k}, BLOCK_KS={block_ks},{options}
+            BLOCK_M={block_m}, BLOCK_N={block_n}, BLOCK_K={block_k}, BLOCK_KS={block_ks},{options}
         )
         product = out.reshape(*shape[:-1], N)
         return {returns}
@@ -554,9 +563,11 @@ def _normed_seed(
     # The sum is an output where the model reads it again (the next residual); an add that only the norm reads
     # is inside the norm's piece, and the kernel adds the two inputs without returning the sum.
     returns_sum = residual is not None and any(u not in set(nodes) for u in residual.users)
+    tile = _tile(value_of(source), warps=4)
     common = dict(
-        **_tile(value_of(source), warps=4),
-        block_ks=min(STATISTICS_BLOCK, 1 << max(0, width - 1).bit_length()),
+        **tile,
+        # The statistics step keeps its [BLOCK_M, BLOCK_KS] tile at STATISTICS_BLOCK x 16 values.
+        block_ks=min(STATISTICS_BLOCK * 16 // tile["block_m"], 1 << max(0, width - 1).bit_length()),
         residual_doc=" after a residual add" if residual is not None else "",
         params="\n".join(
             f"        self.p{i} = nn.Parameter({init_expr(value_of(w))})" for i, w in enumerate(weights)

@@ -115,12 +115,14 @@ def test_projections_of_one_input_are_one_problem_with_a_one_kernel_seed(tmp_pat
     assert json.loads(proc.stdout)["status"] == "incorrect"
 
 
-def test_decode_shaped_half_precision_groups_get_the_skinny_tile(tmp_path):
+@pytest.mark.parametrize("rows, block_m, stages", [(6, 16, 5), (40, 64, 4)])
+def test_decode_shaped_half_precision_groups_get_the_skinny_tile(tmp_path, rows, block_m, stages):
     """At a few rows of fp16/bf16 the seeds take 16 columns a program and long K steps (many programs streaming
-    the weight, as §11c measured best); they still compute the model's result. fp32 keeps the square tile."""
+    the weight, as §11c measured best), and one program covers every row, so each weight tile is read once;
+    they still compute the model's result. fp32 keeps the square tile."""
     model = tmp_path / "gate_up_mlp_half.py"
     model.write_text(
-        (DATA / "gate_up_mlp.py").read_text()
+        (DATA / "gate_up_mlp.py").read_text().replace("batch_size = 6", f"batch_size = {rows}")
         + """
 
 _Float = Model
@@ -137,17 +139,24 @@ def get_inputs():
 """
     )
     out = tmp_path / "out"
-    groups = [p for p in harvest(model, out)["problems"] if p["kind"] == "matmuls"]
+    problems = harvest(model, out)["problems"]
+    groups = [p for p in problems if p["kind"] == "matmuls"]
     assert len(groups) == 2
+    singles = [p for p in problems if p["kind"] == "matmul" and p.get("seed")]
+    assert singles
+    for single in singles:
+        assert f"BLOCK_M={block_m}, BLOCK_N=16," in (out / single["seed"]).read_text()
     for group in groups:
         seed = (out / group["seed"]).read_text()
-        assert "BLOCK_N=16, BLOCK_K=64," in seed and "num_stages=5" in seed, seed
+        assert f"BLOCK_M={block_m}, BLOCK_N=16, BLOCK_K=64," in seed, seed
+        assert f"num_stages={stages}" in seed and f"triton.cdiv(M, {block_m})" in seed, seed
         proc = ksmith("eval", out / group["file"], out / group["seed"], "--device", "cpu", "--json")
         assert proc.returncode == 0, proc.stderr
         assert json.loads(proc.stdout)["status"] == "ok", group
-    fp32 = harvest(DATA / "gate_up_mlp.py", tmp_path / "fp32")["problems"]
-    for group in (p for p in fp32 if p["kind"] == "matmuls"):
-        assert "BLOCK_N=64, BLOCK_K=32," in (tmp_path / "fp32" / group["seed"]).read_text()
+    if rows == 6:
+        fp32 = harvest(DATA / "gate_up_mlp.py", tmp_path / "fp32")["problems"]
+        for group in (p for p in fp32 if p["kind"] == "matmuls"):
+            assert "BLOCK_M=16, BLOCK_N=64, BLOCK_K=32," in (tmp_path / "fp32" / group["seed"]).read_text()
 
 
 NORM = ["to", "pow", "mean", "add", "rsqrt", "mul", "to", "mul"]  # Llama's RMSNorm as Dynamo records it
