@@ -139,21 +139,18 @@ def gpu_ms(fn, calls=60):
     return statistics.median(samples), (max(samples) - min(samples))
 
 
-def chain_ms(weights, x_by_k, call, replays=40, rounds=3):
-    """The GEMM chain of a decode step as one CUDA graph; median replay time of each round."""
-    outs = [
-        torch.empty(x_by_k[w.shape[1]].shape[0], w.shape[0], dtype=w.dtype, device="cuda") for w in weights
-    ]
+def graph_ms(calls, replays=40, rounds=3):
+    """Median GPU time of one replay of ``calls`` captured as a CUDA graph, per round."""
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
-        for w, o in zip(weights, outs):
-            call(w)(x_by_k[w.shape[1]], w, o)
+        for call in calls:
+            call()
     torch.cuda.current_stream().wait_stream(stream)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        for w, o in zip(weights, outs):
-            call(w)(x_by_k[w.shape[1]], w, o)
+        for call in calls:
+            call()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     result = []
     for _ in range(rounds):
@@ -165,7 +162,16 @@ def chain_ms(weights, x_by_k, call, replays=40, rounds=3):
             end.synchronize()
             samples.append(start.elapsed_time(end))
         result.append(statistics.median(samples))
-    return result, outs
+    return result
+
+
+def chain_ms(weights, x_by_k, call, replays=40, rounds=3):
+    """The GEMM chain of a decode step as one CUDA graph; median replay time of each round."""
+    outs = [
+        torch.empty(x_by_k[w.shape[1]].shape[0], w.shape[0], dtype=w.dtype, device="cuda") for w in weights
+    ]
+    calls = [lambda w=w, o=o: call(w)(x_by_k[w.shape[1]], w, o) for w, o in zip(weights, outs)]
+    return graph_ms(calls, replays, rounds), outs
 
 
 def sweep_shape(name, k, n, rows, dtype, grid):

@@ -34,6 +34,7 @@ import torch
 import torch.nn.functional as F
 import triton
 import triton.language as tl
+from decode_gemm_variants import graph_ms  # the script beside this one
 
 try:
     from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
@@ -153,32 +154,6 @@ def cublas(x, w, out):
     return torch.mm(x, w.t(), out=out)
 
 
-def graph_ms(calls, replays=30, rounds=3):
-    """Median GPU time of one replay of ``calls`` captured as a CUDA graph, per round."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for call in calls:
-            call()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for call in calls:
-            call()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    result = []
-    for _ in range(rounds):
-        samples = []
-        for _ in range(replays):
-            start.record()
-            graph.replay()
-            end.record()
-            end.synchronize()
-            samples.append(start.elapsed_time(end))
-        result.append(statistics.median(samples))
-    return result
-
-
 def rel_err(got, x, w):
     ref = F.linear(x.double(), w.double())
     return ((got.double() - ref).norm() / ref.norm()).item()
@@ -196,7 +171,8 @@ def sweep(name, k, n, rows, dtype, pdl_ok):
     ws = [torch.randn(n, k, dtype=dtype, device="cuda") / k**0.5 for _ in range(12)]
     outs = [torch.empty(rows, n, dtype=dtype, device="cuda") for _ in ws]
     per = lambda run: (
-        statistics.median(graph_ms([lambda w=w, o=o: run(x, w, o) for w, o in zip(ws, outs)])) / len(ws)
+        statistics.median(graph_ms([lambda w=w, o=o: run(x, w, o) for w, o in zip(ws, outs)], replays=30))
+        / len(ws)
     )  # noqa: E731
     result = {"k": k, "n": n, "cublas_us": per(cublas) * 1e3, "families": {}}
     for family, grid in GRIDS.items():
