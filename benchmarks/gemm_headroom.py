@@ -8,7 +8,11 @@ For the suite's fp16 matmul (4096^3) this times, with ``triton.testing.do_bench`
 * ``no_k_mask@<best>`` -- the best config with the K-loop masks dropped (valid only when K % BLOCK_K == 0);
 * ``tma@<cfg>``        -- the same tiling with TMA tensor descriptors (``tl.make_tensor_descriptor``);
 * ``tma_ws@<cfg>``     -- TMA plus warp specialisation of the K loop (``tl.range(..., warp_specialize=True)``),
-  where the installed Triton supports it.
+  where the installed Triton supports it;
+* ``persistent[...]@<cfg>`` -- persistent forms: one program per SM looping over output tiles
+  (``tl.range(pid, tiles, programs)``), with pointer or TMA loads, with the tile loop flattened into the K
+  loop (``flatten=True``: the next tile's loads overlap this tile's epilogue) or not, warp-specialised or
+  not, and the epilogue stored in two halves (``subtile``) or whole.
 
 A variant that fails to compile is recorded with its error, not hidden. Prints a table last and writes JSON.
 
@@ -55,6 +59,73 @@ def tma_matmul(a_ptr, b_ptr, c_ptr, M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.
         b = b_desc.load([k * BLOCK_K, pid_n * BLOCK_N])
         acc = tl.dot(a, b, acc)
     c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], acc.to(tl.float16))
+
+
+@triton.jit
+def persistent_matmul(a_ptr, b_ptr, c_ptr, M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                      BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, PROGRAMS: tl.constexpr,
+                      USE_TMA: tl.constexpr, FLATTEN: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
+                      SUBTILE: tl.constexpr):
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    num_pid_in_group = GROUP_M * num_pid_n
+    tiles = num_pid_m * num_pid_n
+    if USE_TMA:
+        a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[K, 1], block_shape=[BLOCK_M, BLOCK_K])
+        b_desc = tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[N, 1], block_shape=[BLOCK_K, BLOCK_N])
+        if SUBTILE:
+            c_desc = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[N, 1],
+                                               block_shape=[BLOCK_M, BLOCK_N // 2])
+        else:
+            c_desc = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[N, 1],
+                                               block_shape=[BLOCK_M, BLOCK_N])
+    for pid in tl.range(tl.program_id(0), tiles, PROGRAMS, flatten=FLATTEN, warp_specialize=WARP_SPECIALIZE):
+        group_id = pid // num_pid_in_group
+        first_pid_m = group_id * GROUP_M
+        group_size_m = min(num_pid_m - first_pid_m, GROUP_M)
+        pid_m = first_pid_m + (pid % num_pid_in_group) % group_size_m
+        pid_n = (pid % num_pid_in_group) // group_size_m
+        acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+        if USE_TMA:
+            for k in range(0, tl.cdiv(K, BLOCK_K)):
+                a = a_desc.load([pid_m * BLOCK_M, k * BLOCK_K])
+                b = b_desc.load([k * BLOCK_K, pid_n * BLOCK_N])
+                acc = tl.dot(a, b, acc)
+            if SUBTILE:
+                halves = tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1))
+                lo, hi = tl.split(halves)
+                c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], lo.to(tl.float16))
+                c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N + BLOCK_N // 2], hi.to(tl.float16))
+            else:
+                c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], acc.to(tl.float16))
+        else:
+            offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+            offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+            offs_k = tl.arange(0, BLOCK_K)
+            a_ptrs = a_ptr + offs_m[:, None] * K + offs_k[None, :]
+            b_ptrs = b_ptr + offs_k[:, None] * N + offs_n[None, :]
+            for k in range(0, K, BLOCK_K):
+                a = tl.load(a_ptrs, mask=(offs_m[:, None] < M) & (offs_k[None, :] < K - k), other=0.0)
+                b = tl.load(b_ptrs, mask=(offs_k[:, None] < K - k) & (offs_n[None, :] < N), other=0.0)
+                acc = tl.dot(a, b, acc)
+                a_ptrs += BLOCK_K
+                b_ptrs += BLOCK_K * N
+            c_ptrs = c_ptr + offs_m[:, None] * N + offs_n[None, :]
+            tl.store(c_ptrs, acc.to(tl.float16), mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
+
+
+def run_persistent(A, B, cfg, use_tma, flatten, warp_specialize, subtile):
+    M, K = A.shape
+    N = B.shape[1]
+    C = torch.empty((M, N), device=A.device, dtype=A.dtype)
+    bm, bn, bk, stages, warps = cfg
+    sms = torch.cuda.get_device_properties(A.device).multi_processor_count
+    programs = min(sms, triton.cdiv(M, bm) * triton.cdiv(N, bn))
+    persistent_matmul[(programs,)](A, B, C, M, N, K, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8,
+                                   PROGRAMS=programs, USE_TMA=use_tma, FLATTEN=flatten,
+                                   WARP_SPECIALIZE=warp_specialize, SUBTILE=subtile, num_warps=warps,
+                                   num_stages=stages)
+    return C
 
 
 def run(A, B, cfg, warp_specialize):
@@ -151,6 +222,20 @@ def main() -> int:
             label = f"{cfg[0]}x{cfg[1]}x{cfg[2]},{cfg[4]}w,{cfg[3]}s"
             measure(f"tma@{label}", lambda c=cfg: tma.run(A, B, c, False))
             measure(f"tma_ws@{label}", lambda c=cfg: tma.run(A, B, c, True))
+        persistent_cfgs = [(128, 256, 64, 3, 8), (128, 256, 64, 4, 8), (128, 128, 64, 4, 8),
+                           (128, 128, 64, 3, 4), (256, 128, 64, 3, 8), (128, 128, 128, 3, 8)]
+        for cfg in persistent_cfgs:
+            label = f"{cfg[0]}x{cfg[1]}x{cfg[2]},{cfg[4]}w,{cfg[3]}s"
+            for use_tma, flatten, ws, subtile in [
+                (False, False, False, False), (False, True, False, False),
+                (True, False, False, False), (True, True, False, False), (True, True, False, True),
+                (True, False, True, False), (True, True, True, True),
+            ]:
+                kind = "+".join(
+                    name for name, on in (("tma", use_tma), ("flat", flatten), ("ws", ws), ("sub", subtile)) if on
+                ) or "ptr"
+                measure(f"persistent[{kind}]@{label}",
+                        lambda c=cfg, t=use_tma, f=flatten, w=ws, s=subtile: tma.run_persistent(A, B, c, t, f, w, s))
 
     result = {
         "problem": f"matmul fp16 {n}^3",
@@ -162,7 +247,7 @@ def main() -> int:
     Path(args.out).write_text(json.dumps(result, indent=2, default=str))
     timed = sorted((r for r in rows if "ms" in r), key=lambda r: r["ms"])
     print("\nfastest first:")
-    for r in timed[:12]:
+    for r in timed[:16]:
         print(f"  {r['variant']:44s} {r['ms']:.4f} ms  {r['tflops']:.0f} TFLOP/s  correct={r['correct']}")
     return 0
 

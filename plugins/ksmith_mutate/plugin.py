@@ -218,6 +218,7 @@ STRUCTURAL_FIRST = (
     "mask_split",
     "attention_config",
     "tma_loads",
+    "persistent",
     "split_k",
 )
 

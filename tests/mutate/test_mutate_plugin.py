@@ -302,7 +302,7 @@ def test_a_compute_bound_parent_far_from_its_roofline_tries_a_faster_dot_then_a_
         grown += m * n > area
     assert grown >= 24  # 4:1 for configs that grow the tile
     # Once the structural kinds were tried, only edits that change the tiling compete while it stays far.
-    tried = Counter({"dot_precision": 1, "gemm_config": 1, "tma_loads": 1})
+    tried = Counter({"dot_precision": 1, "gemm_config": 1, "tma_loads": 1, "persistent": 1})
     chosen = set()
     for trial in range(30):
         run.rng.seed(trial)
@@ -311,7 +311,8 @@ def test_a_compute_bound_parent_far_from_its_roofline_tries_a_faster_dot_then_a_
             plan, {seed.candidate.id: list(edits)}, set(run.by_id), EditBandit(), tried, run.rng
         )
         chosen.add(edit.kind)
-    assert chosen <= {"dot_precision", "gemm_config", "tma_loads", "dot_tile"} and "dot_tile" in chosen
+    assert chosen <= {"dot_precision", "gemm_config", "tma_loads", "persistent", "dot_tile"}
+    assert "dot_tile" in chosen
     # Near its roofline (or memory-bound), the config jump is one untried kind among the others.
     near = add_seed(
         run, "matmul_bias_relu", replace(ok(0.9), roofline_bound="compute", roofline_fraction=0.85)

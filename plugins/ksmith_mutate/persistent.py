@@ -1,0 +1,363 @@
+"""The ``persistent`` edit: a tiled matmul launched as one program per SM, each looping over output tiles.
+
+A tiled matmul launches one program per output tile: at 4096 x 4096 with 128 x 256 tiles that is 512 programs in
+four waves over an H100's 132 SMs, and every program pays its prologue (tile order, pointers, the pipeline's
+first loads) and its epilogue (the store) while its SM's tensor cores wait. A persistent kernel launches at most
+one program per SM on the tile axis; each walks the tiles ``program_id, program_id + programs, ...``, so the
+next tile's loads are issued while the last one's store drains, and the descriptors of a TMA kernel are built
+once per program instead of once per tile. Measured before it was written (``benchmarks/gemm_headroom.py``,
+docs/benchmarks.md §5c): the suite's fp16 matmul on an H200 went from 0.2238 to 0.2074 ms with TMA loads at
+128 x 256 x 64, and from 0.2476 to 0.2217 ms with pointer loads at the best tile.
+
+Recognised (every GEMM seed of the suite and of ``--from inductor`` is written so)::
+
+    pid = tl.program_id(0)                 # the only use of program_id(0); no tl.num_programs anywhere
+    num_pid_m = tl.cdiv(M, BLOCK_M)        # the tile counts along M and N, before pid is read
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    ...                                    # everything from the first statement that reads pid to the end
+
+becomes::
+
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    ...                                    # descriptors that read nothing the tile computes, hoisted
+    for pid in tl.range(tl.program_id(0), num_pid_m * num_pid_n, tl.num_programs(0)):
+        ...                                # the tile's code, unchanged
+
+and every launch's grid passes through ``_persistent_grid(grid, per_sm)``, which keeps its other axes and caps
+axis 0 at ``per_sm`` programs per SM of the device the tensors are on: one, or two where a tile is small enough
+that two would share an SM without the edit (one's epilogue under the other's main loop; at one per SM the
+suite's matmul at 128 x 128 x 64, three stages, lost 19 %, docs/benchmarks.md §5c), then stepped x2 / /2. The loop steps by the programs actually launched, so no tile is
+skipped whatever the cap. Only where the tile's code may run several times in one program: it assigns no name
+that lived before it (a parameter, a pointer moved once per program), and returns nowhere. A kernel whose grid
+axis 0 was larger than its tiles ran the extra programs as no-ops (masked), and still covers every tile.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import libcst as cst
+
+from ksmith_mutate.source_model import (
+    DOT_AXIS,
+    KernelDef,
+    LaunchSite,
+    SourceModel,
+    dotted_name,
+    is_tl_call,
+    keyword_value,
+    name_of,
+    read_names,
+    walk,
+)
+
+GRID_HELPER = "_persistent_grid"
+GRID_HELPER_SOURCE = f'''
+
+def _persistent_programs(meta):
+    # One program per SM of the device the launch's tensors are on; on Triton's CPU interpreter a few, so each
+    # program still loops over several tiles.
+    for value in meta.values():
+        if isinstance(value, torch.Tensor) and value.is_cuda:
+            index = value.device.index if value.device.index is not None else torch.cuda.current_device()
+            if index not in _PERSISTENT_SMS:
+                _PERSISTENT_SMS[index] = torch.cuda.get_device_properties(index).multi_processor_count
+            return _PERSISTENT_SMS[index]
+    return 2
+
+
+_PERSISTENT_SMS = {{}}
+
+
+def {GRID_HELPER}(grid, per_sm):
+    # The launch grid with axis 0 capped at ``per_sm`` programs per SM (ksmith's persistent edit): each program
+    # loops over the tiles axis 0 had, stepping by the programs launched.
+    def persistent(meta):
+        dims = tuple(grid(meta) if callable(grid) else grid)
+        return (min(dims[0], per_sm * _persistent_programs(meta)),) + dims[1:]
+
+    return persistent
+'''
+# Programs per SM: as many as the tile's registers and shared memory let share an SM (without the edit the hardware
+# runs that many side by side, one's epilogue under another's main loop), estimated from the launch's literal
+# tile, warps and stages; one and two where those are not literals. Then stepped x2 / /2 within PER_SM_RANGE.
+START_PER_SM = (1, 2)
+PER_SM_RANGE = (1, 4)
+REGISTERS_PER_SM = 65536  # 32-bit registers of an SM on every NVIDIA GPU since Kepler
+REGISTER_OVERHEAD = 64  # a thread's registers beyond its share of the fp32 accumulator (addresses, operands)
+
+
+def programs_per_sm(
+    literals: dict[str, int], shared_memory_bytes: int | None, element_bytes: int
+) -> int | None:
+    """How many programs of this launch fit on one SM at once: the fewer of what the registers allow (each
+    thread holds its share of the ``BLOCK_M x BLOCK_N`` fp32 accumulator and ``REGISTER_OVERHEAD`` more) and
+    what shared memory allows (``num_stages`` buffers of the A and B tiles); None without literal tiles. On
+    the suite's matmul this gives two at 128 x 128 x 64, eight warps, three stages (measured: two per SM
+    1.04x the non-persistent kernel's speed, one 0.80x) and one at five stages or at 128 x 256."""
+    from ksmith_mutate.gemm_configs import tile_names
+
+    names = tile_names(literals)
+    if names is None:
+        return None
+    block_m, block_n, block_k = (literals[names[axis]] for axis in "MNK")
+    threads = 32 * literals.get("num_warps", 4)
+    by_registers = REGISTERS_PER_SM // ((block_m * block_n // threads + REGISTER_OVERHEAD) * threads)
+    fits = by_registers
+    if shared_memory_bytes is not None:
+        pipeline = max(1, literals.get("num_stages", 3)) * (block_m * block_k + block_k * block_n) * element_bytes
+        fits = min(fits, shared_memory_bytes // max(1, pipeline))
+    return max(PER_SM_RANGE[0], min(PER_SM_RANGE[1], fits))
+
+
+def _axis(call: cst.Call) -> int | None:
+    axis = keyword_value(call, "axis")
+    if axis is None and call.args and call.args[0].keyword is None:
+        axis = call.args[0].value
+    return int(axis.evaluated_value) if isinstance(axis, cst.Integer) else None
+
+
+def _assigned_names(node: cst.CSTNode) -> set[str]:
+    """Every plain name ``node`` binds: assignment targets, augmented and annotated ones, loop targets."""
+    found: set[str] = set()
+    for n in walk(node):
+        targets: list[cst.CSTNode] = []
+        if isinstance(n, cst.Assign):
+            targets = [t.target for t in n.targets]
+        elif isinstance(n, (cst.AugAssign, cst.AnnAssign, cst.NamedExpr)):
+            targets = [n.target]
+        elif isinstance(n, cst.For):
+            targets = [n.target]
+        for target in targets:
+            found.update(x.value for x in walk(target) if isinstance(x, cst.Name))
+    return found
+
+
+def _pid_line(kernel: KernelDef) -> tuple[int, str] | None:
+    """(index among the kernel's top-level statements, name) of the one ``name = tl.program_id(0)``."""
+    body = list(kernel.node.body.body)
+    calls = [n for n in walk(kernel.node.body) if is_tl_call(n, "program_id", "num_programs")]
+    axis0 = [c for c in calls if is_tl_call(c, "program_id") and _axis(c) == 0]
+    if len(axis0) != 1 or any(is_tl_call(c, "num_programs") for c in calls):
+        return None
+    if any(_axis(c) is None for c in calls):
+        return None
+    for i, line in enumerate(body):
+        if (
+            isinstance(line, cst.SimpleStatementLine)
+            and len(line.body) == 1
+            and isinstance(line.body[0], cst.Assign)
+            and len(line.body[0].targets) == 1
+            and line.body[0].value is axis0[0]
+        ):
+            name = name_of(line.body[0].targets[0].target)
+            return (i, name) if name is not None else None
+    return None
+
+
+def _tile_counts(statements: list[cst.BaseStatement]) -> str | None:
+    """``num_pid_m * num_pid_n`` from ``num_pid_m = tl.cdiv(M, BLOCK_M)`` and ``num_pid_n = tl.cdiv(N,
+    BLOCK_N)`` among ``statements``."""
+    counts: dict[str, str] = {}
+    for line in statements:
+        if not (isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1):
+            continue
+        small = line.body[0]
+        if not (isinstance(small, cst.Assign) and len(small.targets) == 1):
+            continue
+        target, value = name_of(small.targets[0].target), small.value
+        if target is None or not (
+            isinstance(value, cst.Call) and dotted_name(value.func) in ("tl.cdiv", "triton.cdiv")
+        ):
+            continue
+        if len(value.args) != 2:
+            continue
+        match = DOT_AXIS.match(name_of(value.args[1].value) or "")
+        if match and match.group(1) in "MN":
+            counts.setdefault(match.group(1), target)
+    if set(counts) != {"M", "N"}:
+        return None
+    return f"{counts['M']} * {counts['N']}"
+
+
+def _is_descriptor(statement: cst.BaseStatement, constexprs: set[str]) -> bool:
+    """``x_desc = tl.make_tensor_descriptor(...)``, or a branch on a constexpr holding only such statements."""
+    if isinstance(statement, cst.SimpleStatementLine):
+        return (
+            len(statement.body) == 1
+            and isinstance(statement.body[0], cst.Assign)
+            and is_tl_call(statement.body[0].value, "make_tensor_descriptor")
+        )
+    if isinstance(statement, cst.If) and name_of(statement.test) in constexprs:
+        branches = [statement.body.body]
+        if isinstance(statement.orelse, cst.Else):
+            branches.append(statement.orelse.body.body)
+        elif statement.orelse is not None:
+            return False
+        return all(_is_descriptor(s, constexprs) for branch in branches for s in branch)
+    return False
+
+
+def _hoist_descriptors(
+    statements: list[cst.BaseStatement], constexprs: set[str], tile_names: set[str]
+) -> tuple[list[cst.BaseStatement], list[cst.BaseStatement]]:
+    """(statements hoisted before the tile loop, the tile's statements without them): the tensor descriptors
+    that read nothing the tile computes, at the top level or leading a branch on a constexpr (``if
+    USE_TMA:``, as the ``tma_loads`` edit writes them; a branch on a constexpr is decided at compile time, so
+    a name it binds is bound after it)."""
+
+    def invariant(statement: cst.BaseStatement) -> bool:
+        if not _is_descriptor(statement, constexprs):
+            return False
+        values = [n.value for n in walk(statement) if isinstance(n, cst.Assign)]  # not the descriptors' names
+        return not any(set(read_names(value)) & tile_names for value in values)
+
+    hoisted: list[cst.BaseStatement] = []
+    kept: list[cst.BaseStatement] = []
+    for statement in statements:
+        if invariant(statement):
+            hoisted.append(statement)
+            continue
+        if isinstance(statement, cst.If) and name_of(statement.test) in constexprs:
+            inner = list(statement.body.body)
+            lead = 0
+            while lead < len(inner) - 1 and invariant(inner[lead]):
+                lead += 1
+            if lead:
+                hoisted.append(
+                    statement.with_changes(
+                        body=statement.body.with_changes(body=inner[:lead]), orelse=None, leading_lines=[]
+                    )
+                )
+                statement = statement.with_changes(body=statement.body.with_changes(body=inner[lead:]))
+        kept.append(statement)
+    return hoisted, kept
+
+
+def _rewrite_kernel(kernel: KernelDef) -> tuple[cst.FunctionDef, str] | None:
+    found = _pid_line(kernel)
+    if found is None:
+        return None
+    at, pid = found
+    body = list(kernel.node.body.body)
+    first = next((i for i in range(at + 1, len(body)) if pid in read_names(body[i])), None)
+    if first is None:
+        return None
+    before, tile = body[: at + 1], body[first:]
+    prefix = body[at + 1 : first]
+    tiles = _tile_counts(before + prefix)
+    if tiles is None:
+        return None
+    if any(isinstance(n, (cst.Return, cst.Yield)) for n in walk(kernel.node.body)):
+        return None
+    lived = set(kernel.params) | _assigned_names(cst.IndentedBlock(body=[*before, *prefix]))
+    tile_block = cst.IndentedBlock(body=tile)
+    assigned_in_tile = _assigned_names(tile_block)
+    if assigned_in_tile & lived:
+        return None  # a name bound before the tile and again in it: the second tile would see the first's
+    hoisted, tile = _hoist_descriptors(tile, set(kernel.constexpr_params), assigned_in_tile)
+    pid_line = body[at]
+    loop = cst.For(
+        target=cst.Name(pid),
+        iter=cst.parse_expression(f"tl.range(tl.program_id(0), {tiles}, tl.num_programs(0))"),
+        body=cst.IndentedBlock(body=[tile[0].with_changes(leading_lines=[]), *tile[1:]]),
+        leading_lines=tile[0].leading_lines,
+    )
+    prefix_lines = list(prefix)
+    if prefix_lines:  # the program id's comment stays at the top of what follows it
+        prefix_lines[0] = prefix_lines[0].with_changes(
+            leading_lines=[*pid_line.leading_lines, *prefix_lines[0].leading_lines]
+        )
+    statements = [*body[:at], *prefix_lines, *hoisted, loop]
+    return kernel.node.with_changes(body=kernel.node.body.with_changes(body=statements)), tiles
+
+
+def _persistent_launch(site: LaunchSite, per_sm: int) -> cst.Call | None:
+    func = site.call.func
+    if not (
+        isinstance(func, cst.Subscript) and len(func.slice) == 1 and isinstance(func.slice[0].slice, cst.Index)
+    ):
+        return None
+    grid = func.slice[0].slice.value
+    if isinstance(grid, cst.Call) and dotted_name(grid.func) == GRID_HELPER:
+        return None
+    wrapped = cst.parse_expression(f"{GRID_HELPER}(grid, {per_sm})").with_changes(
+        args=[cst.Arg(grid), cst.Arg(cst.Integer(str(per_sm)))]
+    )
+    new_func = func.with_changes(slice=[func.slice[0].with_changes(slice=cst.Index(wrapped))])
+    return site.call.with_changes(func=new_func)
+
+
+def persistent_changes(
+    model: SourceModel, shared_memory_bytes: int | None = None, element_bytes: int = 2
+) -> Iterator[tuple[str, list[tuple[cst.CSTNode, cst.CSTNode]], dict]]:
+    """(description, node replacements, detail) for each tiled matmul kernel that can run persistent: at the
+    programs per SM its launches' tile allows (:func:`programs_per_sm`), or at one and at two."""
+    code = model.module.code
+    if "import torch" not in code:
+        return  # the grid helper asks torch for the SM count
+    needs_helper = GRID_HELPER not in code
+    for kernel in model.kernels.values():
+        if not kernel.uses_dot or kernel.autotuned:
+            continue
+        sites = [s for s in model.launches if s.kernel == kernel.name]
+        if not sites:
+            continue
+        rewritten = _rewrite_kernel(kernel)
+        if rewritten is None:
+            continue
+        new_kernel_node, tiles = rewritten
+        new_kernel: cst.CSTNode = new_kernel_node
+        if needs_helper:
+            helper = list(cst.parse_module(GRID_HELPER_SOURCE).body)
+            helper[0] = helper[0].with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
+            new_kernel = cst.FlattenSentinel([*helper, new_kernel])
+        estimates = {programs_per_sm(site.literal_ints(), shared_memory_bytes, element_bytes) for site in sites}
+        counts = tuple(estimates) if len(estimates) == 1 and None not in estimates else START_PER_SM
+        for per_sm in counts:
+            pairs: list[tuple[cst.CSTNode, cst.CSTNode]] = [(kernel.node, new_kernel)]
+            for site in sites:
+                launched = _persistent_launch(site, per_sm)
+                if launched is None:
+                    break
+                pairs.append((site.call, launched))
+            else:
+                yield (
+                    f"persistent {kernel.name}: at most {per_sm} program{'s' if per_sm > 1 else ''} per SM on "
+                    f"grid axis 0, each looping over the output tiles ({tiles}) by the programs launched",
+                    pairs,
+                    {"direction": "up", "per_sm": per_sm},
+                )
+
+
+def persistent_steps(model: SourceModel) -> Iterator[tuple[str, list[tuple[cst.CSTNode, cst.CSTNode]], dict]]:
+    """Programs per SM x2 or /2 at a launch through ``_persistent_grid(grid, <int>)``."""
+    for site in model.launches:
+        func = site.call.func
+        if not (
+            isinstance(func, cst.Subscript)
+            and len(func.slice) == 1
+            and isinstance(func.slice[0].slice, cst.Index)
+        ):
+            continue
+        grid = func.slice[0].slice.value
+        if not (
+            isinstance(grid, cst.Call)
+            and dotted_name(grid.func) == GRID_HELPER
+            and len(grid.args) == 2
+            and isinstance(grid.args[1].value, cst.Integer)
+        ):
+            continue
+        value = int(grid.args[1].value.evaluated_value)
+        for new, direction in ((value * 2, "up"), (value // 2, "down")):
+            if PER_SM_RANGE[0] <= new <= PER_SM_RANGE[1]:
+                args = [grid.args[0], grid.args[1].with_changes(value=cst.Integer(str(new)))]
+                yield (
+                    f"persistent programs per SM {value} -> {new} at launch {site.index + 1} of {site.kernel}",
+                    [(grid, grid.with_changes(args=args))],
+                    {"direction": direction, "per_sm": new},
+                )
+
+
+__all__ = ["persistent_changes", "persistent_steps"]

@@ -1,0 +1,222 @@
+"""The ``persistent`` edit: a tiled matmul launched with at most one program per SM, each looping over output
+tiles, keeps every result right (Triton interpreter on CPU, where the grid helper launches two programs, so each
+loops over several tiles), hoists TMA descriptors out of the tile loop, composes with the other GEMM edits, and
+leaves alone the kernels whose tile code could not run twice in one program."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+from ksmith_inductor.gemm_template import gemm_text
+from ksmith_mutate.edits import platform_limits, possible_edits
+from ksmith_mutate.persistent import programs_per_sm
+
+from .conftest import KernelChecker, import_file, seed_source
+
+TOLERANCE = {"float32": 1e-4, "float16": 1e-2}
+SUITE_MATMUL = Path(__file__).resolve().parents[2] / "plugins" / "ksmith_problems" / "problems" / "matmul"
+LOOP = re.compile(r"for pid in tl\.range\(tl\.program_id\(0\), (\w+) \* (\w+), tl\.num_programs\(0\)\):")
+
+
+def _persistent(source: str):
+    """The rewrites (one and two programs per SM), not the steps of an existing one's programs per SM."""
+    return [
+        e
+        for e in possible_edits(source)
+        if e.kind == "persistent"
+        and not e.description.startswith("persistent programs per SM")
+        and "TMA tensor descriptors" not in e.description  # the TMA rewrite made persistent in one edit
+    ]
+
+
+def _steps(source: str):
+    return [e for e in possible_edits(source, ("persistent",)) if e.description.startswith("persistent programs")]
+
+
+def _small_tile(source: str) -> str:
+    """The source at a 32 x 32 output tile (a ``gemm_config`` edit), so the small sizes have several tiles."""
+    for edit in possible_edits(source, ("gemm_config",)):
+        block_m, block_n = edit.detail["config"][:2]
+        if block_m <= 32 and block_n <= 32:
+            return edit.source
+    raise AssertionError("no gemm_config edit to a 32 x 32 tile")
+
+
+def _checker(directory: Path | None, name: str, tmp_path: Path) -> tuple[KernelChecker, str]:
+    if directory is None:
+        return KernelChecker(name, tmp_path), seed_source(name)
+    return KernelChecker(name, tmp_path, directory), (directory / f"{name}.seed.py").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize(
+    "directory, name",
+    [
+        (SUITE_MATMUL, "matmul"),
+        (SUITE_MATMUL, "bmm"),  # program_id(1) is the batch: it stays, each batch's tiles loop on axis 0
+        (SUITE_MATMUL, "matmul_gelu"),
+        (None, "matmul_bias_relu"),
+        (None, "linear_scaled"),  # k counts tiles; a bias and a scale in the epilogue
+    ],
+)
+def test_persistent_keeps_the_matmul_correct(directory, name, tmp_path):
+    checker, seed = _checker(directory, name, tmp_path)
+    seed = _small_tile(seed)
+    (edit,) = _persistent(seed)
+    assert edit.detail["per_sm"] == 4  # a 32 x 32 tile: registers and shared memory allow more, capped at 4
+    source = edit.source
+    assert LOOP.search(source), source
+    assert "_persistent_grid(" in source and source.count("tl.program_id(0)") == 1
+    assert _persistent(source) == []  # not made persistent twice
+    tolerance = TOLERANCE[checker.output_dtype(seed)]
+    error = checker.max_error(source)
+    assert error < tolerance, f"{edit.description}: relative error {error:.3g}"
+    # The programs per SM step x2 / /2 within 1..4, and stay correct (on CPU: two "SMs", so one program per SM
+    # loops over six of the twelve tiles).
+    (half,) = _steps(source)
+    assert half.detail["per_sm"] == 2
+    steps = _steps(half.source)
+    assert sorted(e.detail["per_sm"] for e in steps) == [1, 4]
+    one = next(e for e in steps if e.detail["per_sm"] == 1)
+    assert "_persistent_grid(grid, 1)" in one.source
+    error = checker.max_error(one.source)
+    assert error < tolerance, f"{one.description}: relative error {error:.3g}"
+    # A launch configuration edit on the persistent kernel (the tile moves, the loop follows).
+    configs = possible_edits(source, ("gemm_config",))
+    assert configs
+    moved = next(e for e in configs if e.detail["config"][0] != 32 or e.detail["config"][1] != 32)
+    error = checker.max_error(moved.source)
+    assert error < tolerance, f"{moved.description}: relative error {error:.3g}"
+
+
+def test_the_tiles_outnumber_the_programs_on_the_interpreter(tmp_path):
+    """What the tests above rely on: on CPU two programs are launched, fewer than the small size's tiles, so a
+    program that did only its first tile would leave NaN in the poisoned output."""
+    seed = _small_tile((SUITE_MATMUL / "matmul.seed.py").read_text(encoding="utf-8"))
+    edit = _persistent(seed)[0]
+    path = tmp_path / "persistent_matmul.py"
+    path.write_text(edit.source, encoding="utf-8")
+    module = import_file(path, "_persistent_matmul_programs")
+    assert module._persistent_grid(lambda meta: (12, 3), 1)({"a_ptr": 0, "M": 100}) == (2, 3)
+    assert module._persistent_grid(lambda meta: (12, 3), 2)({"a_ptr": 0, "M": 100}) == (4, 3)
+    assert module._persistent_grid((1, 5), 2)({}) == (1, 5)  # never more programs than the grid had
+    # One program short of the loop stepping by the launched programs would skip tiles: break it and see.
+    broken = edit.source.replace("tl.num_programs(0)", "tl.num_programs(0) * 2")
+    checker = KernelChecker("matmul", tmp_path, SUITE_MATMUL)
+    assert checker.max_error(edit.source) < 1e-2
+    assert not checker.max_error(broken) < 1e-2  # NaN, or a wrong value, where a tile was skipped
+
+
+def test_persistent_tma_kernel_builds_its_descriptors_once(tmp_path):
+    seed = (SUITE_MATMUL / "matmul.seed.py").read_text(encoding="utf-8")
+    tma = possible_edits(_small_tile(seed), ("tma_loads",))[0].source
+    source = _persistent(tma)[0].source
+    loop = LOOP.search(source)
+    assert loop is not None
+    descriptors = [m.start() for m in re.finditer(r"tl\.make_tensor_descriptor\(", source)]
+    assert descriptors and all(at < loop.start() for at in descriptors)
+    assert source.count("if USE_TMA:") == 2  # the descriptors' branch before the loop, the K loop's in it
+    checker = KernelChecker("matmul", tmp_path, SUITE_MATMUL)
+    assert checker.max_error(source) < 1e-2
+
+
+@pytest.mark.parametrize("op", ["addmm", "baddbmm"])
+def test_persistent_inductor_gemm(op, tmp_path):
+    helper, text = gemm_text(0, op)
+    source = f"import torch\nimport triton\nimport triton.language as tl\n\n\n{text}\n"
+    edit = _persistent(source)[0]
+    path = tmp_path / f"persistent_{op}.py"
+    path.write_text(edit.source, encoding="utf-8")
+    module = import_file(path, f"_persistent_{op}")
+    torch.manual_seed(0)
+    shape = (2,) if op == "baddbmm" else ()
+    a, b = torch.randn(*shape, 150, 90), torch.randn(*shape, 90, 140)  # 3 x 3 tiles of 64 x 64
+    bias = torch.randn(140)
+    out = torch.full((*shape, 150, 140), float("nan"))
+    getattr(module, helper)(a, b, out, bias, alpha=0.7, beta=1.3)
+    if shape:
+        expected = torch.baddbmm(bias.expand(*shape, 150, 140), a, b, beta=1.3, alpha=0.7)
+    else:
+        expected = torch.addmm(bias, a, b, beta=1.3, alpha=0.7)
+    torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_split_k_and_persistent_compose(tmp_path):
+    checker, seed = _checker(SUITE_MATMUL, "matmul", tmp_path)
+    split = next(e for e in possible_edits(_small_tile(seed), ("split_k",)) if e.detail["split_k"] == 4)
+    edit = _persistent(split.source)[0]
+    assert "_split_k_grid(" in edit.source and "_persistent_grid(" in edit.source
+    assert checker.max_error(edit.source) < 1e-2
+
+
+def _kernel_variant(old: str, new: str) -> str:
+    seed = (SUITE_MATMUL / "matmul.seed.py").read_text(encoding="utf-8")
+    assert old in seed
+    return seed.replace(old, new)
+
+
+@pytest.mark.parametrize(
+    "old, new, why",
+    [
+        (
+            "    offs_m = pid_m * BLOCK_M",
+            "    a_ptr += 0\n    offs_m = pid_m * BLOCK_M",
+            "a parameter moved in the tile's code: the second tile would start where the first left it",
+        ),
+        (
+            "    num_pid_n = tl.cdiv(N, BLOCK_N)\n",
+            "    num_pid_n = (N + BLOCK_N - 1) // BLOCK_N\n",
+            "no tile count along N to loop to",
+        ),
+        (
+            "    pid_n = (pid % num_pid_in_group) // group_size_m\n",
+            "    pid_n = (pid % num_pid_in_group) // group_size_m\n    if pid_m >= num_pid_m:\n        return\n",
+            "a return would end the program, not the tile",
+        ),
+        (
+            "    num_pid_m = tl.cdiv(M, BLOCK_M)\n",
+            "    num_pid_m = tl.cdiv(M, BLOCK_M) + 0 * tl.num_programs(0)\n",
+            "the kernel reads its grid's size, which the edit changes",
+        ),
+    ],
+)
+def test_persistent_leaves_alone_what_it_cannot_loop(old, new, why):
+    assert _persistent(_kernel_variant(old, new)) == [], why
+
+
+@pytest.mark.parametrize(
+    "config, expected",
+    [
+        ((128, 128, 64, 8, 3), 2),  # measured on the suite's matmul: two per SM 1.04x TMA alone, one 0.80x
+        ((128, 128, 64, 8, 5), 1),  # 160 KiB of pipeline: one (measured 1.09x TMA alone)
+        ((128, 256, 64, 8, 3), 1),  # 192 registers a thread: one
+        ((64, 64, 32, 4, 3), 4),  # the seeds' tile: many fit, capped at 4
+    ],
+)
+def test_programs_per_sm_follow_registers_and_shared_memory(config, expected):
+    block_m, block_n, block_k, warps, stages = config
+    literals = {"BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": block_k, "num_warps": warps, "num_stages": stages}
+    assert programs_per_sm(literals, 232448, 2) == expected
+    assert programs_per_sm({"BLOCK_M": 64, "num_warps": 4}, 232448, 2) is None  # no literal tile
+
+
+def test_tma_and_persistent_in_one_edit():
+    """From a pointer-load parent, ``persistent`` is also offered with the TMA rewrite at each large tile, at
+    the programs per SM that tile allows."""
+    seed = (SUITE_MATMUL / "matmul.seed.py").read_text(encoding="utf-8")
+    combined = [
+        e for e in possible_edits(seed, ("tma_loads", "persistent")) if e.kind == "persistent" and "TMA" in e.description
+    ]
+    assert len(combined) == len([e for e in possible_edits(seed, ("tma_loads",))])
+    for edit in combined:
+        assert "tl.make_tensor_descriptor(" in edit.source and LOOP.search(edit.source)
+        config = edit.detail.get("config")
+        if config is not None:
+            block_m, block_n, block_k, stages, warps = config
+            literals = {"BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": block_k, "num_warps": warps,
+                        "num_stages": stages}
+            per_sm = programs_per_sm(literals, platform_limits().shared_memory_bytes, 2)
+            assert f"_persistent_grid(grid, {per_sm})" in edit.source
