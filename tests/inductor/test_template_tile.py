@@ -13,7 +13,7 @@ from ksmith_core.engine import evaluate
 from ksmith_core.loading import check_candidate_source
 from ksmith_core.model import Candidate, EvalOptions, Status
 from ksmith_mutate.edits import possible_edits
-from ksmith_mutate.gemm_configs import inductor_gemm_configs
+from ksmith_mutate.gemm_configs import gemm_configs
 
 from .test_gemm_templates import SUITE, interpreted, seed_from_wrapper
 
@@ -50,9 +50,9 @@ def test_each_config_moves_the_tile_the_grid_and_the_launch_together(relative: s
     )
     offered = [tuple(e.detail["config"]) for e in edits]
     assert offered and current not in offered and len(set(offered)) == len(offered)
-    # Inductor's configurations as its template scales them to the sizes: a side at most the size's next
-    # power of two (128 for 100, 72 and 80), at least 16.
-    scaled = {(min(m, 128), min(n, 128), min(k, 128), st, w) for m, n, k, st, w in inductor_gemm_configs()}
+    # The configurations (Inductor's and ksmith's) as the template scales them to the sizes: a side at most
+    # the size's next power of two (128 for 100, 72 and 80), at least 16.
+    scaled = {(min(m, 128), min(n, 128), min(k, 128), st, w) for m, n, k, st, w in gemm_configs()}
     assert set(offered) <= scaled
     for edit in edits:
         check_candidate_source(edit.source)
