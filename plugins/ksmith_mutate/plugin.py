@@ -10,12 +10,17 @@ Edit kinds (the arms of the bandit):
 ``gemm_config``
     A tiled matmul's ``BLOCK_M`` / ``BLOCK_N`` / ``BLOCK_K``, ``num_warps`` and ``num_stages`` set at once to one
     of Inductor's mm template configurations (:mod:`ksmith_mutate.gemm_configs`). A parent that is
-    compute-bound below 0.7 of its roofline tries this kind (then ``tma_loads``, ``split_k``) before other untried
-    kinds; while it stays that far, only tiling edits (``gemm_config``, ``tma_loads``, ``split_k``, ``dot_tile``)
-    compete, and those that grow the tile are four times likelier (more so the larger the tile).
+    compute-bound below 0.7 of its roofline tries this kind (then ``tma_loads``, ``persistent``, ``split_k``) before
+    other untried kinds; while it stays that far, only tiling edits (``gemm_config``, ``tma_loads``, ``persistent``,
+    ``split_k``, ``dot_tile``) compete, and those that grow the tile are four times likelier (more so the larger the tile).
 ``tma_loads``
     A tiled matmul's pointer loads in its K loop become TMA tensor-descriptor loads, each descriptor built over
     the operand's real layout (the launch passes which stride is 1) (:mod:`ksmith_mutate.tma`).
+``persistent``
+    A tiled matmul launched with at most N programs per SM, each looping over the output tiles, its TMA
+    descriptors built once per program; N from the tile's registers and shared memory, then stepped x2 / /2;
+    also offered together with the TMA rewrite (:mod:`ksmith_mutate.persistent`). Compute-bound parents far
+    below their roofline try it with the tiling edits.
 ``split_k``
     A tiled matmul's K loop sliced over a new grid axis, the partial tiles added atomically into the zeroed
     output, at ``SPLIT_K`` 4 or 16, then stepped x2 / /2 -- only where the epilogue is affine in the accumulator
