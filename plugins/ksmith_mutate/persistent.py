@@ -9,11 +9,13 @@ once per program instead of once per tile. Measured before it was written (``ben
 docs/benchmarks.md §5c): the suite's fp16 matmul on an H200 went from 0.2238 to 0.2074 ms with TMA loads at
 128 x 256 x 64, and from 0.2476 to 0.2217 ms with pointer loads at the best tile.
 
-Recognised (every GEMM seed of the suite and of ``--from inductor`` is written so)::
+Recognised (every GEMM seed of the suite, ksmith's GEMM template and Inductor's own mm templates are written
+so)::
 
-    pid = tl.program_id(0)                 # the only use of program_id(0); no tl.num_programs anywhere
-    num_pid_m = tl.cdiv(M, BLOCK_M)        # the tile counts along M and N, before pid is read
-    num_pid_n = tl.cdiv(N, BLOCK_N)
+    pid = tl.program_id(0)                 # the only use of program_id(0) (or .to(DTYPE) of it); no
+                                           # tl.num_programs anywhere
+    num_pid_m = tl.cdiv(M, BLOCK_M)        # the tile counts along M and N, before pid is read (or Inductor's
+    num_pid_n = tl.cdiv(N, BLOCK_N)        # grid_m = (M + BLOCK_M - 1) // BLOCK_M)
     ...                                    # everything from the first statement that reads pid to the end
 
 becomes::
@@ -29,7 +31,10 @@ axis 0 at ``per_sm`` programs per SM of the device the tensors are on: one, or t
 that two would share an SM without the edit (one's epilogue under the other's main loop; at one per SM the
 suite's matmul at 128 x 128 x 64, three stages, lost 19 %, docs/benchmarks.md §5c), then stepped x2 / /2. The loop steps by the programs actually launched, so no tile is
 skipped whatever the cap. Only where the tile's code may run several times in one program: it assigns no name
-that lived before it (a parameter, a pointer moved once per program), and returns nowhere. A kernel whose grid
+that lived before it (a parameter, a pointer moved once per program), and does not return (Inductor's early
+return for an empty problem, before the program id, stays where it is). A program id cast in the kernel
+(``.to(INDEX_DTYPE)``) is cast again at the top of each tile (``tl.cast``, which the interpreter's integer loop
+counter takes too). A kernel whose grid
 axis 0 was larger than its tiles ran the extra programs as no-ops (masked), and still covers every tile.
 """
 
@@ -45,6 +50,7 @@ from ksmith_mutate.source_model import (
     LaunchSite,
     SourceModel,
     dotted_name,
+    fresh_name,
     is_tl_call,
     keyword_value,
     name_of,
@@ -134,8 +140,9 @@ def _assigned_names(node: cst.CSTNode) -> set[str]:
     return found
 
 
-def _pid_line(kernel: KernelDef) -> tuple[int, str] | None:
-    """(index among the kernel's top-level statements, name) of the one ``name = tl.program_id(0)``."""
+def _pid_line(kernel: KernelDef) -> tuple[int, str, cst.BaseExpression | None] | None:
+    """(index among the kernel's top-level statements, name, cast) of the one ``name = tl.program_id(0)``, or
+    ``name = tl.program_id(0).to(DTYPE)`` as Inductor's templates write it (``cast``: ``DTYPE``)."""
     body = list(kernel.node.body.body)
     calls = [n for n in walk(kernel.node.body) if is_tl_call(n, "program_id", "num_programs")]
     axis0 = [c for c in calls if is_tl_call(c, "program_id") and _axis(c) == 0]
@@ -144,21 +151,54 @@ def _pid_line(kernel: KernelDef) -> tuple[int, str] | None:
     if any(_axis(c) is None for c in calls):
         return None
     for i, line in enumerate(body):
-        if (
+        if not (
             isinstance(line, cst.SimpleStatementLine)
             and len(line.body) == 1
             and isinstance(line.body[0], cst.Assign)
             and len(line.body[0].targets) == 1
-            and line.body[0].value is axis0[0]
         ):
+            continue
+        value, cast = line.body[0].value, None
+        if (
+            isinstance(value, cst.Call)
+            and isinstance(value.func, cst.Attribute)
+            and value.func.attr.value == "to"
+            and value.func.value is axis0[0]
+            and len(value.args) == 1
+        ):
+            value, cast = axis0[0], value.args[0].value
+        if value is axis0[0]:
             name = name_of(line.body[0].targets[0].target)
-            return (i, name) if name is not None else None
+            return (i, name, cast) if name is not None else None
     return None
+
+
+def _blocks_along(value: cst.BaseExpression) -> str | None:
+    """The dot axis (``M`` / ``N``) whose tile count ``value`` computes: ``tl.cdiv(M, BLOCK_M)``, or Inductor's
+    ``(M + BLOCK_M - 1) // BLOCK_M``."""
+    block: cst.BaseExpression | None = None
+    if isinstance(value, cst.Call) and dotted_name(value.func) in ("tl.cdiv", "triton.cdiv"):
+        if len(value.args) == 2:
+            block = value.args[1].value
+    elif isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.FloorDivide):
+        top = value.left
+        if (
+            isinstance(top, cst.BinaryOperation)
+            and isinstance(top.operator, cst.Subtract)
+            and isinstance(top.right, cst.Integer)
+            and top.right.value == "1"
+            and isinstance(top.left, cst.BinaryOperation)
+            and isinstance(top.left.operator, cst.Add)
+            and name_of(top.left.right) == name_of(value.right)
+        ):
+            block = value.right
+    match = DOT_AXIS.match(name_of(block) or "") if block is not None else None
+    return match.group(1) if match and match.group(1) in "MN" else None
 
 
 def _tile_counts(statements: list[cst.BaseStatement]) -> str | None:
     """``num_pid_m * num_pid_n`` from ``num_pid_m = tl.cdiv(M, BLOCK_M)`` and ``num_pid_n = tl.cdiv(N,
-    BLOCK_N)`` among ``statements``."""
+    BLOCK_N)`` (or Inductor's ``grid_m = (M + BLOCK_M - 1) // BLOCK_M``) among ``statements``."""
     counts: dict[str, str] = {}
     for line in statements:
         if not (isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1):
@@ -166,16 +206,10 @@ def _tile_counts(statements: list[cst.BaseStatement]) -> str | None:
         small = line.body[0]
         if not (isinstance(small, cst.Assign) and len(small.targets) == 1):
             continue
-        target, value = name_of(small.targets[0].target), small.value
-        if target is None or not (
-            isinstance(value, cst.Call) and dotted_name(value.func) in ("tl.cdiv", "triton.cdiv")
-        ):
-            continue
-        if len(value.args) != 2:
-            continue
-        match = DOT_AXIS.match(name_of(value.args[1].value) or "")
-        if match and match.group(1) in "MN":
-            counts.setdefault(match.group(1), target)
+        target = name_of(small.targets[0].target)
+        axis = _blocks_along(small.value)
+        if target is not None and axis is not None:
+            counts.setdefault(axis, target)
     if set(counts) != {"M", "N"}:
         return None
     return f"{counts['M']} * {counts['N']}"
@@ -239,7 +273,7 @@ def _rewrite_kernel(kernel: KernelDef) -> tuple[cst.FunctionDef, str] | None:
     found = _pid_line(kernel)
     if found is None:
         return None
-    at, pid = found
+    at, pid, cast = found
     body = list(kernel.node.body.body)
     first = next((i for i in range(at + 1, len(body)) if pid in read_names(body[i])), None)
     if first is None:
@@ -249,20 +283,25 @@ def _rewrite_kernel(kernel: KernelDef) -> tuple[cst.FunctionDef, str] | None:
     tiles = _tile_counts(before + prefix)
     if tiles is None:
         return None
-    if any(isinstance(n, (cst.Return, cst.Yield)) for n in walk(kernel.node.body)):
-        return None
-    lived = set(kernel.params) | _assigned_names(cst.IndentedBlock(body=[*before, *prefix]))
     tile_block = cst.IndentedBlock(body=tile)
+    if any(isinstance(n, (cst.Return, cst.Yield)) for n in walk(tile_block)):
+        return None  # a return in the tile's code would end the program, not the tile (one before it is fine)
+    lived = set(kernel.params) | _assigned_names(cst.IndentedBlock(body=[*before, *prefix]))
     assigned_in_tile = _assigned_names(tile_block)
     if assigned_in_tile & lived:
         return None  # a name bound before the tile and again in it: the second tile would see the first's
     hoisted, tile = _hoist_descriptors(tile, set(kernel.constexpr_params), assigned_in_tile)
     pid_line = body[at]
+    target = pid
+    if cast is not None:  # the loop counts in int32; the tile's code gets the id in the type it asked for
+        target = fresh_name(kernel.node, "tile_id")
+        code = cst.Module([]).code_for_node(cast)
+        tile = [cst.parse_statement(f"{pid} = tl.cast({target}, {code})\n"), *tile]
     loop = cst.For(
-        target=cst.Name(pid),
+        target=cst.Name(target),
         iter=cst.parse_expression(f"tl.range(tl.program_id(0), {tiles}, tl.num_programs(0))"),
         body=cst.IndentedBlock(body=[tile[0].with_changes(leading_lines=[]), *tile[1:]]),
-        leading_lines=tile[0].leading_lines,
+        leading_lines=body[first].leading_lines,
     )
     prefix_lines = list(prefix)
     if prefix_lines:  # the program id's comment stays at the top of what follows it
@@ -271,6 +310,19 @@ def _rewrite_kernel(kernel: KernelDef) -> tuple[cst.FunctionDef, str] | None:
         )
     statements = [*body[:at], *prefix_lines, *hoisted, loop]
     return kernel.node.with_changes(body=kernel.node.body.with_changes(body=statements)), tiles
+
+
+def _body_constants(kernel: KernelDef) -> dict[str, int]:
+    """``NAME: tl.constexpr = <int>`` at the top of the kernel's body, as Inductor's templates set their tile."""
+    found: dict[str, int] = {}
+    for line in kernel.node.body.body:
+        if isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1:
+            small = line.body[0]
+            if isinstance(small, cst.AnnAssign) and isinstance(small.value, cst.Integer):
+                name = name_of(small.target)
+                if name is not None:
+                    found[name] = int(small.value.evaluated_value)
+    return found
 
 
 def _persistent_launch(site: LaunchSite, per_sm: int) -> cst.Call | None:
@@ -313,7 +365,11 @@ def persistent_changes(
             helper = list(cst.parse_module(GRID_HELPER_SOURCE).body)
             helper[0] = helper[0].with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
             new_kernel = cst.FlattenSentinel([*helper, new_kernel])
-        estimates = {programs_per_sm(site.literal_ints(), shared_memory_bytes, element_bytes) for site in sites}
+        constants = _body_constants(kernel)  # Inductor's templates fix their tile in the kernel's body
+        estimates = {
+            programs_per_sm({**constants, **site.literal_ints()}, shared_memory_bytes, element_bytes)
+            for site in sites
+        }
         counts = tuple(estimates) if len(estimates) == 1 and None not in estimates else START_PER_SM
         for per_sm in counts:
             pairs: list[tuple[cst.CSTNode, cst.CSTNode]] = [(kernel.node, new_kernel)]

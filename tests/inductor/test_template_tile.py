@@ -158,3 +158,20 @@ def test_a_batch_axis_of_the_grid_is_kept() -> None:
         block_m, block_n = edit.detail["config"][:2]
         tiles = -(-SMALL["M"] // block_m) * -(-SMALL["N"] // block_n)
         assert f"grid = ({tiles}, 4, 1)" in edit.source
+
+
+@interpreted
+def test_inductors_templates_run_persistent(tmp_path) -> None:
+    """The ``persistent`` edit reads Inductor's own mm template too (``grid_m = (M + BLOCK_M - 1) // BLOCK_M``,
+    the program id cast to ``INDEX_DTYPE``, an early return before it): the template keeps computing the same
+    when each program loops over several tiles (one per SM: two programs for six tiles on the CPU)."""
+    _, seed = seed_from_wrapper("matmul/matmul_bias_relu.py")
+    checker = KernelChecker("matmul_bias_relu", tmp_path, SUITE / "matmul")
+    (edit,) = [e for e in possible_edits(seed, ("persistent",))]
+    source = edit.source
+    assert "for tile_id in tl.range(tl.program_id(0), grid_m * grid_n, tl.num_programs(0)):" in source
+    assert "pid = tl.cast(tile_id, INDEX_DTYPE)" in source
+    assert edit.detail["per_sm"] == 3  # 64 x 32 tiles, eight warps, five stages: registers allow three
+    one = source.replace("_persistent_grid(grid, 3)", "_persistent_grid(grid, 1)")
+    for candidate in (source, one):
+        assert checker.max_error(candidate) < 1e-3

@@ -168,7 +168,7 @@ def _kernel_variant(old: str, new: str) -> str:
         ),
         (
             "    num_pid_n = tl.cdiv(N, BLOCK_N)\n",
-            "    num_pid_n = (N + BLOCK_N - 1) // BLOCK_N\n",
+            "    num_pid_n = N // BLOCK_N + 1\n",
             "no tile count along N to loop to",
         ),
         (
