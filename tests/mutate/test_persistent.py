@@ -100,8 +100,10 @@ def test_the_tiles_outnumber_the_programs_on_the_interpreter(tmp_path):
     path = tmp_path / "persistent_matmul.py"
     path.write_text(edit.source, encoding="utf-8")
     module = import_file(path, "_persistent_matmul_programs")
-    assert module._persistent_grid(lambda meta: (12, 3), 1)({"a_ptr": 0, "M": 100}) == (2, 3)
-    assert module._persistent_grid(lambda meta: (12, 3), 2)({"a_ptr": 0, "M": 100}) == (4, 3)
+    # Two "SMs" on the CPU: per_sm x 2 programs in all, spread over the other axes (a batch).
+    assert module._persistent_grid(lambda meta: (12,), 1)({"a_ptr": 0, "M": 100}) == (2,)
+    assert module._persistent_grid(lambda meta: (12, 2), 4)({"a_ptr": 0, "M": 100}) == (4, 2)
+    assert module._persistent_grid(lambda meta: (12, 3), 1)({"a_ptr": 0, "M": 100}) == (1, 3)  # at least one
     assert module._persistent_grid((1, 5), 2)({}) == (1, 5)  # never more programs than the grid had
     # One program short of the loop stepping by the launched programs would skip tiles: break it and see.
     broken = edit.source.replace("tl.num_programs(0)", "tl.num_programs(0) * 2")
@@ -220,3 +222,34 @@ def test_tma_and_persistent_in_one_edit():
                         "num_stages": stages}
             per_sm = programs_per_sm(literals, platform_limits().shared_memory_bytes, 2)
             assert f"_persistent_grid(grid, {per_sm})" in edit.source
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["matmul", "matmul_bias_relu", "bmm"])
+def test_persistent_tma_at_full_size_on_the_gpu(tmp_path, name):
+    """On a GPU: one program per SM (the count the device reports) loops over the full size's tiles, the
+    descriptors built once, and the result matches the reference; then at two programs per SM."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a GPU")
+    checker = KernelChecker(name, tmp_path, SUITE_MATMUL)
+    module = import_file(SUITE_MATMUL / f"{name}.py", f"_persistent_full_{name}")
+    checker.problem = module  # the full size: no KSMITH_SMALL applied
+    seed = (SUITE_MATMUL / f"{name}.seed.py").read_text(encoding="utf-8")
+    combined = [
+        e
+        for e in possible_edits(seed, ("tma_loads", "persistent"))
+        if e.kind == "persistent" and e.detail.get("config") == [128, 256, 64, 3, 8]
+    ]
+    assert len(combined) == 1
+    source = combined[0].source
+    assert "_persistent_grid(grid, 1)" in source
+    for per_sm in (1, 2):
+        candidate = source.replace("_persistent_grid(grid, 1)", f"_persistent_grid(grid, {per_sm})")
+        assert checker.max_error(candidate) < 1e-2, per_sm
+    path = tmp_path / f"persistent_{name}.py"
+    path.write_text(source, encoding="utf-8")
+    edited = import_file(path, f"_persistent_full_edit_{name}")
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    meta = {"a": torch.empty(1, device="cuda")}
+    assert edited._persistent_grid(lambda m: (10_000, 1), 2)(meta) == (2 * sms, 1)
+    assert edited._persistent_grid(lambda m: (10_000, 16), 1)(meta) == (sms // 16, 16)
