@@ -27,8 +27,10 @@ becomes::
         ...                                # the tile's code, unchanged
 
 and every launch's grid passes through ``_persistent_grid(grid, per_sm)``, which keeps its other axes and caps
-axis 0 so that the whole grid holds ``per_sm`` programs per SM of the device the tensors are on (a batched
-GEMM's 16 batches on 132 SMs at one per SM: 8 programs per batch, each looping over its batch's tiles).
+axis 0 at ``per_sm`` programs per SM of the device the tensors are on. A batch axis keeps its size, so a batched
+GEMM still runs a grid of SMs x batches. (Spreading the SMs' programs over the batches instead, 8 a batch for 16
+batches, made the suite's bmm 18 % slower: the batches running at once no longer share L2. A loop over batch
+and tiles in batch order is not written; docs/benchmarks.md §5c.)
 ``per_sm`` is how many programs of the launch's tile fit on an SM at once (:func:`programs_per_sm`): without
 the edit the hardware runs that many side by side, one's epilogue under another's main loop, and at one per SM
 the suite's matmul at 128 x 128 x 64, three stages, lost 19 % (docs/benchmarks.md §5c). Steps move it x2 / /2.
@@ -80,15 +82,11 @@ _PERSISTENT_SMS = {{}}
 
 
 def {GRID_HELPER}(grid, per_sm):
-    # The launch grid with ``per_sm`` programs per SM in all (ksmith's persistent edit): axis 0 capped at that
-    # many over the other axes' size (a batch), each program looping over the tiles axis 0 had, stepping by the
-    # programs launched.
+    # The launch grid with axis 0 capped at ``per_sm`` programs per SM (ksmith's persistent edit): each program
+    # loops over the tiles axis 0 had, stepping by the programs launched. Other axes (a batch) are kept.
     def persistent(meta):
         dims = tuple(grid(meta) if callable(grid) else grid)
-        others = 1
-        for size in dims[1:]:
-            others *= size
-        return (min(dims[0], max(1, per_sm * _persistent_programs(meta) // others)),) + dims[1:]
+        return (min(dims[0], per_sm * _persistent_programs(meta)),) + dims[1:]
 
     return persistent
 '''

@@ -100,10 +100,9 @@ def test_the_tiles_outnumber_the_programs_on_the_interpreter(tmp_path):
     path = tmp_path / "persistent_matmul.py"
     path.write_text(edit.source, encoding="utf-8")
     module = import_file(path, "_persistent_matmul_programs")
-    # Two "SMs" on the CPU: per_sm x 2 programs in all, spread over the other axes (a batch).
-    assert module._persistent_grid(lambda meta: (12,), 1)({"a_ptr": 0, "M": 100}) == (2,)
-    assert module._persistent_grid(lambda meta: (12, 2), 4)({"a_ptr": 0, "M": 100}) == (4, 2)
-    assert module._persistent_grid(lambda meta: (12, 3), 1)({"a_ptr": 0, "M": 100}) == (1, 3)  # at least one
+    # Two "SMs" on the CPU: per_sm x 2 programs on axis 0, the other axes (a batch) as they were.
+    assert module._persistent_grid(lambda meta: (12, 3), 1)({"a_ptr": 0, "M": 100}) == (2, 3)
+    assert module._persistent_grid(lambda meta: (12, 3), 2)({"a_ptr": 0, "M": 100}) == (4, 3)
     assert module._persistent_grid((1, 5), 2)({}) == (1, 5)  # never more programs than the grid had
     # One program short of the loop stepping by the launched programs would skip tiles: break it and see.
     broken = edit.source.replace("tl.num_programs(0)", "tl.num_programs(0) * 2")
@@ -251,5 +250,4 @@ def test_persistent_tma_at_full_size_on_the_gpu(tmp_path, name):
     edited = import_file(path, f"_persistent_full_edit_{name}")
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     meta = {"a": torch.empty(1, device="cuda")}
-    assert edited._persistent_grid(lambda m: (10_000, 1), 2)(meta) == (2 * sms, 1)
-    assert edited._persistent_grid(lambda m: (10_000, 16), 1)(meta) == (sms // 16, 16)
+    assert edited._persistent_grid(lambda m: (10_000, 16), 2)(meta) == (2 * sms, 16)
