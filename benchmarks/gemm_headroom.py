@@ -222,20 +222,39 @@ def main() -> int:
             label = f"{cfg[0]}x{cfg[1]}x{cfg[2]},{cfg[4]}w,{cfg[3]}s"
             measure(f"tma@{label}", lambda c=cfg: tma.run(A, B, c, False))
             measure(f"tma_ws@{label}", lambda c=cfg: tma.run(A, B, c, True))
-        persistent_cfgs = [(128, 256, 64, 3, 8), (128, 256, 64, 4, 8), (128, 128, 64, 4, 8),
-                           (128, 128, 64, 3, 4), (256, 128, 64, 3, 8), (128, 128, 128, 3, 8)]
+        persistent_cfgs = [
+            (128, 256, 64, 3, 8),
+            (128, 256, 64, 4, 8),
+            (128, 128, 64, 4, 8),
+            (128, 128, 64, 3, 4),
+            (256, 128, 64, 3, 8),
+            (128, 128, 128, 3, 8),
+        ]
         for cfg in persistent_cfgs:
             label = f"{cfg[0]}x{cfg[1]}x{cfg[2]},{cfg[4]}w,{cfg[3]}s"
             for use_tma, flatten, ws, subtile in [
-                (False, False, False, False), (False, True, False, False),
-                (True, False, False, False), (True, True, False, False), (True, True, False, True),
-                (True, False, True, False), (True, True, True, True),
+                (False, False, False, False),
+                (False, True, False, False),
+                (True, False, False, False),
+                (True, True, False, False),
+                (True, True, False, True),
+                (True, False, True, False),
+                (True, True, True, True),
             ]:
-                kind = "+".join(
-                    name for name, on in (("tma", use_tma), ("flat", flatten), ("ws", ws), ("sub", subtile)) if on
-                ) or "ptr"
-                measure(f"persistent[{kind}]@{label}",
-                        lambda c=cfg, t=use_tma, f=flatten, w=ws, s=subtile: tma.run_persistent(A, B, c, t, f, w, s))
+                kind = (
+                    "+".join(
+                        name
+                        for name, on in (("tma", use_tma), ("flat", flatten), ("ws", ws), ("sub", subtile))
+                        if on
+                    )
+                    or "ptr"
+                )
+                measure(
+                    f"persistent[{kind}]@{label}",
+                    lambda c=cfg, t=use_tma, f=flatten, w=ws, s=subtile: tma.run_persistent(
+                        A, B, c, t, f, w, s
+                    ),
+                )
 
     result = {
         "problem": f"matmul fp16 {n}^3",

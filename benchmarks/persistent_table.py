@@ -31,7 +31,11 @@ def main() -> int:
         ref = (v.get("reference_compile") or {}).get("spread") or 0.0
         flags = ",".join(r.split(":")[0] for r in v.get("reasons") or [])
         vs = v.get("speedup_vs_compile")
-        text = f"{v['runtime_ms']:.4f} ms ({spread:.1%}), {vs:.3f}x (ref {ref:.1%})" if vs else f"{v['runtime_ms']:.4f}"
+        text = (
+            f"{v['runtime_ms']:.4f} ms ({spread:.1%}), {vs:.3f}x (ref {ref:.1%})"
+            if vs
+            else f"{v['runtime_ms']:.4f}"
+        )
         return text + (f" [{flags}]" if flags else "")
 
     persistent_forms = sorted({f for forms in rows.values() for f in forms if f != "tma"})

@@ -20,10 +20,15 @@ MATMUL = HERE.parent / "plugins" / "ksmith_problems" / "problems" / "matmul"
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--out", required=True)
-    parser.add_argument("--tiles", default="128x128x64:3,128x256x64:3:4",
-                        help="BLOCK_MxBLOCK_NxBLOCK_K:stages[:stages] of the TMA configurations to write")
+    parser.add_argument(
+        "--tiles",
+        default="128x128x64:3,128x256x64:3:4",
+        help="BLOCK_MxBLOCK_NxBLOCK_K:stages[:stages] of the TMA configurations to write",
+    )
     parser.add_argument("problems", nargs="+")
     args = parser.parse_args()
 
@@ -46,8 +51,13 @@ def main() -> int:
         names = tile_names(site.literal_ints())
         for (block_m, block_n, block_k), stages in tiles:
             call = site.call
-            for key, value in ((names["M"], block_m), (names["N"], block_n), (names["K"], block_k),
-                               ("num_warps", 8), ("num_stages", stages)):
+            for key, value in (
+                (names["M"], block_m),
+                (names["N"], block_n),
+                (names["K"], block_k),
+                ("num_warps", 8),
+                ("num_stages", stages),
+            ):
                 call = with_keyword(call, key, cst.Integer(str(value)))
             source = model.module.deep_replace(site.call, call).code
             tma = possible_edits(source, ("tma_loads",))[0]  # at the tile set above

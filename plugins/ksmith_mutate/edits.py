@@ -321,7 +321,9 @@ def _all_changes(model: SourceModel, limits: Limits) -> Iterator[_Change]:
         yield _change("split_k", description, pairs, detail=detail)
     for description, pairs, detail in split_k_steps(model):
         yield _change("split_k", description, pairs, safer=detail["direction"] == "down", detail=detail)
-    for description, pairs, detail in persistent_changes(model, limits.shared_memory_bytes, limits.element_bytes):
+    for description, pairs, detail in persistent_changes(
+        model, limits.shared_memory_bytes, limits.element_bytes
+    ):
         yield _change("persistent", description, pairs, detail=detail)
     for description, pairs, detail in persistent_steps(model):
         yield _change("persistent", description, pairs, safer=detail["direction"] == "down", detail=detail)

@@ -57,14 +57,15 @@ from ksmith_mutate.source_model import (
     dotted_name,
     fresh_name,
     is_tl_call,
-    keyword_value,
+    literal_axis,
     name_of,
     read_names,
     walk,
 )
+from ksmith_mutate.split_k import _Assigned
 
 GRID_HELPER = "_persistent_grid"
-GRID_HELPER_SOURCE = f'''
+GRID_HELPER_SOURCE = f"""
 
 def _persistent_programs(meta):
     # One program per SM of the device the launch's tensors are on; on Triton's CPU interpreter a few, so each
@@ -89,7 +90,7 @@ def {GRID_HELPER}(grid, per_sm):
         return (min(dims[0], per_sm * _persistent_programs(meta)),) + dims[1:]
 
     return persistent
-'''
+"""
 # Programs per SM: as many as the tile's registers and shared memory let share an SM (without the edit the hardware
 # runs that many side by side, one's epilogue under another's main loop), estimated from the launch's literal
 # tile, warps and stages; one and two where those are not literals. Then stepped x2 / /2 within PER_SM_RANGE.
@@ -117,32 +118,18 @@ def programs_per_sm(
     by_registers = REGISTERS_PER_SM // ((block_m * block_n // threads + REGISTER_OVERHEAD) * threads)
     fits = by_registers
     if shared_memory_bytes is not None:
-        pipeline = max(1, literals.get("num_stages", 3)) * (block_m * block_k + block_k * block_n) * element_bytes
+        pipeline = (
+            max(1, literals.get("num_stages", 3)) * (block_m * block_k + block_k * block_n) * element_bytes
+        )
         fits = min(fits, shared_memory_bytes // max(1, pipeline))
     return max(PER_SM_RANGE[0], min(PER_SM_RANGE[1], fits))
 
 
-def _axis(call: cst.Call) -> int | None:
-    axis = keyword_value(call, "axis")
-    if axis is None and call.args and call.args[0].keyword is None:
-        axis = call.args[0].value
-    return int(axis.evaluated_value) if isinstance(axis, cst.Integer) else None
-
-
 def _assigned_names(node: cst.CSTNode) -> set[str]:
     """Every plain name ``node`` binds: assignment targets, augmented and annotated ones, loop targets."""
-    found: set[str] = set()
-    for n in walk(node):
-        targets: list[cst.CSTNode] = []
-        if isinstance(n, cst.Assign):
-            targets = [t.target for t in n.targets]
-        elif isinstance(n, (cst.AugAssign, cst.AnnAssign, cst.NamedExpr)):
-            targets = [n.target]
-        elif isinstance(n, cst.For):
-            targets = [n.target]
-        for target in targets:
-            found.update(x.value for x in walk(target) if isinstance(x, cst.Name))
-    return found
+    assigned = _Assigned()
+    node.visit(assigned)
+    return set(assigned.counts)
 
 
 def _pid_line(kernel: KernelDef) -> tuple[int, str, cst.BaseExpression | None] | None:
@@ -150,10 +137,10 @@ def _pid_line(kernel: KernelDef) -> tuple[int, str, cst.BaseExpression | None] |
     ``name = tl.program_id(0).to(DTYPE)`` as Inductor's templates write it (``cast``: ``DTYPE``)."""
     body = list(kernel.node.body.body)
     calls = [n for n in walk(kernel.node.body) if is_tl_call(n, "program_id", "num_programs")]
-    axis0 = [c for c in calls if is_tl_call(c, "program_id") and _axis(c) == 0]
+    axis0 = [c for c in calls if is_tl_call(c, "program_id") and literal_axis(c) == 0]
     if len(axis0) != 1 or any(is_tl_call(c, "num_programs") for c in calls):
         return None
-    if any(_axis(c) is None for c in calls):
+    if any(literal_axis(c) is None for c in calls):
         return None
     for i, line in enumerate(body):
         if not (
@@ -333,7 +320,9 @@ def _body_constants(kernel: KernelDef) -> dict[str, int]:
 def _persistent_launch(site: LaunchSite, per_sm: int) -> cst.Call | None:
     func = site.call.func
     if not (
-        isinstance(func, cst.Subscript) and len(func.slice) == 1 and isinstance(func.slice[0].slice, cst.Index)
+        isinstance(func, cst.Subscript)
+        and len(func.slice) == 1
+        and isinstance(func.slice[0].slice, cst.Index)
     ):
         return None
     grid = func.slice[0].slice.value

@@ -51,6 +51,7 @@ from ksmith_mutate.source_model import (
     has_other_effects,
     is_tl_call,
     keyword_value,
+    literal_axis,
     name_of,
     pointer_arg,
     read_names,
@@ -297,7 +298,7 @@ def grid_axes_changes(model: SourceModel) -> Iterator[tuple[str, Pairs, dict]]:
     helpers = set(model.kernels)
     for kernel in model.kernels.values():
         calls = [n for n in walk(kernel.node.body) if is_tl_call(n, "program_id", "num_programs")]
-        axes = [_axis(call) for call in calls]
+        axes = [literal_axis(call) for call in calls]
         if None in axes or {a for a, call in zip(axes, calls) if is_tl_call(call, "program_id")} != {0, 1}:
             continue
         if set(axes) - {0, 1} or has_other_effects(kernel.node.body, helpers):
@@ -325,14 +326,6 @@ def grid_axes_changes(model: SourceModel) -> Iterator[tuple[str, Pairs, dict]]:
             pairs,
             {"direction": "up"},
         )
-
-
-def _axis(call: cst.Call) -> int | None:
-    """The literal axis of ``tl.program_id(a)`` / ``tl.num_programs(axis=a)``; None where it is not one."""
-    axis = keyword_value(call, "axis")
-    if axis is None and call.args and call.args[0].keyword is None:
-        axis = call.args[0].value
-    return int(axis.evaluated_value) if isinstance(axis, cst.Integer) else None
 
 
 def _with_axis(call: cst.Call, axis: int) -> cst.Call:

@@ -93,6 +93,14 @@ def keyword_value(call: cst.Call, name: str) -> cst.BaseExpression | None:
     return None
 
 
+def literal_axis(call: cst.Call) -> int | None:
+    """The literal axis of ``tl.program_id(a)`` / ``tl.num_programs(axis=a)``; None where it is not one."""
+    axis = keyword_value(call, "axis")
+    if axis is None and call.args and call.args[0].keyword is None:
+        axis = call.args[0].value
+    return int(axis.evaluated_value) if isinstance(axis, cst.Integer) else None
+
+
 def dotted_name(node: cst.BaseExpression) -> str:
     """``tl.load`` for ``Attribute(Name("tl"), "load")``; "" for anything that is not a dotted name."""
     if isinstance(node, cst.Name):

@@ -34,7 +34,9 @@ def _persistent(source: str):
 
 
 def _steps(source: str):
-    return [e for e in possible_edits(source, ("persistent",)) if e.description.startswith("persistent programs")]
+    return [
+        e for e in possible_edits(source, ("persistent",)) if e.description.startswith("persistent programs")
+    ]
 
 
 def _small_tile(source: str) -> str:
@@ -49,7 +51,9 @@ def _small_tile(source: str) -> str:
 def _checker(directory: Path | None, name: str, tmp_path: Path) -> tuple[KernelChecker, str]:
     if directory is None:
         return KernelChecker(name, tmp_path), seed_source(name)
-    return KernelChecker(name, tmp_path, directory), (directory / f"{name}.seed.py").read_text(encoding="utf-8")
+    return KernelChecker(name, tmp_path, directory), (directory / f"{name}.seed.py").read_text(
+        encoding="utf-8"
+    )
 
 
 @pytest.mark.parametrize(
@@ -199,7 +203,13 @@ def test_persistent_leaves_alone_what_it_cannot_loop(old, new, why):
 )
 def test_programs_per_sm_follow_registers_and_shared_memory(config, expected):
     block_m, block_n, block_k, warps, stages = config
-    literals = {"BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": block_k, "num_warps": warps, "num_stages": stages}
+    literals = {
+        "BLOCK_M": block_m,
+        "BLOCK_N": block_n,
+        "BLOCK_K": block_k,
+        "num_warps": warps,
+        "num_stages": stages,
+    }
     assert programs_per_sm(literals, 232448, 2) == expected
     assert programs_per_sm({"BLOCK_M": 64, "num_warps": 4}, 232448, 2) is None  # no literal tile
 
@@ -209,7 +219,9 @@ def test_tma_and_persistent_in_one_edit():
     the programs per SM that tile allows."""
     seed = (SUITE_MATMUL / "matmul.seed.py").read_text(encoding="utf-8")
     combined = [
-        e for e in possible_edits(seed, ("tma_loads", "persistent")) if e.kind == "persistent" and "TMA" in e.description
+        e
+        for e in possible_edits(seed, ("tma_loads", "persistent"))
+        if e.kind == "persistent" and "TMA" in e.description
     ]
     assert len(combined) == len([e for e in possible_edits(seed, ("tma_loads",))])
     for edit in combined:
@@ -217,8 +229,13 @@ def test_tma_and_persistent_in_one_edit():
         config = edit.detail.get("config")
         if config is not None:
             block_m, block_n, block_k, stages, warps = config
-            literals = {"BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": block_k, "num_warps": warps,
-                        "num_stages": stages}
+            literals = {
+                "BLOCK_M": block_m,
+                "BLOCK_N": block_n,
+                "BLOCK_K": block_k,
+                "num_warps": warps,
+                "num_stages": stages,
+            }
             per_sm = programs_per_sm(literals, platform_limits().shared_memory_bytes, 2)
             assert f"_persistent_grid(grid, {per_sm})" in edit.source
 
