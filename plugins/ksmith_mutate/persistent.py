@@ -33,7 +33,7 @@ batches, made the suite's bmm 18 % slower: the batches running at once no longer
 and tiles in batch order is not written; docs/benchmarks.md §5c.)
 ``per_sm`` is how many programs of the launch's tile fit on an SM at once (:func:`programs_per_sm`): without
 the edit the hardware runs that many side by side, one's epilogue under another's main loop, and at one per SM
-the suite's matmul at 128 x 128 x 64, three stages, lost 19 % (docs/benchmarks.md §5c). Steps move it x2 / /2.
+the suite's matmul at 128 x 128 x 64, three stages, lost 7-21 % (docs/benchmarks.md §5c). Steps move it x2 / /2.
 The loop steps by the programs actually launched, so no tile is
 skipped whatever the cap. Only where the tile's code may run several times in one program: it assigns no name
 that lived before it (a parameter, a pointer moved once per program), and does not return (Inductor's early
