@@ -57,10 +57,12 @@ from ksmith_mutate.source_model import (
     dotted_name,
     fresh_name,
     is_tl_call,
+    launch_grid,
     literal_axis,
     name_of,
     read_names,
     walk,
+    with_launch_grid,
 )
 from ksmith_mutate.split_k import _Assigned
 
@@ -318,21 +320,11 @@ def _body_constants(kernel: KernelDef) -> dict[str, int]:
 
 
 def _persistent_launch(site: LaunchSite, per_sm: int) -> cst.Call | None:
-    func = site.call.func
-    if not (
-        isinstance(func, cst.Subscript)
-        and len(func.slice) == 1
-        and isinstance(func.slice[0].slice, cst.Index)
-    ):
+    grid = launch_grid(site.call)
+    if grid is None or (isinstance(grid, cst.Call) and dotted_name(grid.func) == GRID_HELPER):
         return None
-    grid = func.slice[0].slice.value
-    if isinstance(grid, cst.Call) and dotted_name(grid.func) == GRID_HELPER:
-        return None
-    wrapped = cst.parse_expression(f"{GRID_HELPER}(grid, {per_sm})").with_changes(
-        args=[cst.Arg(grid), cst.Arg(cst.Integer(str(per_sm)))]
-    )
-    new_func = func.with_changes(slice=[func.slice[0].with_changes(slice=cst.Index(wrapped))])
-    return site.call.with_changes(func=new_func)
+    wrapped = cst.Call(cst.Name(GRID_HELPER), [cst.Arg(grid), cst.Arg(cst.Integer(str(per_sm)))])
+    return with_launch_grid(site.call, wrapped)
 
 
 def persistent_changes(
@@ -384,14 +376,7 @@ def persistent_changes(
 def persistent_steps(model: SourceModel) -> Iterator[tuple[str, list[tuple[cst.CSTNode, cst.CSTNode]], dict]]:
     """Programs per SM x2 or /2 at a launch through ``_persistent_grid(grid, <int>)``."""
     for site in model.launches:
-        func = site.call.func
-        if not (
-            isinstance(func, cst.Subscript)
-            and len(func.slice) == 1
-            and isinstance(func.slice[0].slice, cst.Index)
-        ):
-            continue
-        grid = func.slice[0].slice.value
+        grid = launch_grid(site.call)
         if not (
             isinstance(grid, cst.Call)
             and dotted_name(grid.func) == GRID_HELPER

@@ -93,6 +93,27 @@ def keyword_value(call: cst.Call, name: str) -> cst.BaseExpression | None:
     return None
 
 
+def launch_grid(call: cst.Call) -> cst.BaseExpression | None:
+    """The grid of a launch ``kernel[grid](...)``; None where the call is not written so."""
+    func = call.func
+    if (
+        isinstance(func, cst.Subscript)
+        and len(func.slice) == 1
+        and isinstance(func.slice[0].slice, cst.Index)
+    ):
+        return func.slice[0].slice.value
+    return None
+
+
+def with_launch_grid(call: cst.Call, grid: cst.BaseExpression) -> cst.Call:
+    """The launch ``kernel[grid](...)`` with another grid (``call`` must have one: :func:`launch_grid`)."""
+    func = call.func
+    assert isinstance(func, cst.Subscript)
+    return call.with_changes(
+        func=func.with_changes(slice=[func.slice[0].with_changes(slice=cst.Index(grid))])
+    )
+
+
 def literal_axis(call: cst.Call) -> int | None:
     """The literal axis of ``tl.program_id(a)`` / ``tl.num_programs(axis=a)``; None where it is not one."""
     axis = keyword_value(call, "axis")

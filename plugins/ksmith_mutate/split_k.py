@@ -45,6 +45,8 @@ from ksmith_mutate.source_model import (
     dotted_name,
     is_tl_call,
     keyword_value,
+    launch_grid,
+    with_launch_grid,
 )
 from ksmith_mutate.tma import (
     _code,
@@ -441,23 +443,17 @@ def _split_launch(site: LaunchSite, kernel: KernelDef, output: str, axis: int, v
     from ksmith_mutate.edits import with_keyword
 
     call = site.call
-    func = call.func
-    if not (
-        isinstance(func, cst.Subscript)
-        and len(func.slice) == 1
-        and isinstance(func.slice[0].slice, cst.Index)
-    ):
+    grid = launch_grid(call)
+    if grid is None:
         return None
     target = _launch_argument(site, kernel, output)
     if target is None:
         return None
-    grid = func.slice[0].slice.value
     new_grid = _expr(f"{GRID_HELPER}({_code(grid)}, {axis})")
-    func = func.with_changes(slice=[func.slice[0].with_changes(slice=cst.Index(new_grid))])
     simple = isinstance(target, (cst.Name, cst.Attribute, cst.Call, cst.Subscript))
     zeroed = _expr(f"{_code(target)}.zero_()" if simple else f"({_code(target)}).zero_()")
     args = [a.with_changes(value=zeroed) if a.value is target else a for a in call.args]
-    new_call = call.with_changes(func=func, args=args)
+    new_call = with_launch_grid(call.with_changes(args=args), new_grid)
     return with_keyword(new_call, PARAM, cst.Integer(str(value)))
 
 
@@ -467,14 +463,8 @@ def split_k_steps(model: SourceModel) -> Iterator[tuple[str, list[tuple[cst.CSTN
 
     for site in model.launches:
         value = site.literal_ints().get(PARAM)
-        func = site.call.func
-        split_grid = (
-            isinstance(func, cst.Subscript)
-            and len(func.slice) == 1
-            and isinstance(func.slice[0].slice, cst.Index)
-            and isinstance(func.slice[0].slice.value, cst.Call)
-            and dotted_name(func.slice[0].slice.value.func) == GRID_HELPER
-        )
+        grid = launch_grid(site.call)
+        split_grid = isinstance(grid, cst.Call) and dotted_name(grid.func) == GRID_HELPER
         if value is None or not split_grid:
             continue  # a grid that does not read meta["SPLIT_K"] would not follow the new value
         for new, direction in ((value * 2, "up"), (value // 2, "down")):

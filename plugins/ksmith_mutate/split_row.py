@@ -49,11 +49,13 @@ from ksmith_mutate.source_model import (
     SourceModel,
     grouped,
     is_tl_call,
+    launch_grid,
     name_of,
     read_after,
     read_names,
     walk,
     with_keyword,
+    with_launch_grid,
 )
 from ksmith_mutate.tma import _code, _launch_argument
 from ksmith_mutate.whole_row import MAX_BLOCK, _imports, _passes
@@ -265,14 +267,7 @@ def _launch_parts(site, kernel: KernelDef, stop: str, step: str):
         return None
     if PARAM in kernel.params or SYNC in kernel.params:
         return None
-    func = site.call.func
-    if not (
-        isinstance(func, cst.Subscript)
-        and len(func.slice) == 1
-        and isinstance(func.slice[0].slice, cst.Index)
-    ):
-        return None
-    grid = func.slice[0].slice.value
+    grid = launch_grid(site.call)
     if not (isinstance(grid, cst.Tuple) and len(grid.elements) == 1):
         return None
     rows = grid.elements[0].value
@@ -497,11 +492,9 @@ def _split_kernel(
 
 
 def _split_launch(site, rows, bound, like, step: str, before: str, split: int, slots: int) -> cst.Call:
-    func = site.call.func
     rows_code = grouped(_code(rows))
     grid = cst.parse_expression(f"({rows_code} * {split},)")
-    func = func.with_changes(slice=[func.slice[0].with_changes(slice=cst.Index(grid))])
-    call = site.call.with_changes(func=func)
+    call = with_launch_grid(site.call, grid)
     bound_code = _code(bound)
     call = with_keyword(
         call, step, cst.parse_expression(f"_split_row_block({bound_code}, {split}, {before})")
