@@ -192,6 +192,17 @@ def test_persistent_leaves_alone_what_it_cannot_loop(old, new, why):
     assert _persistent(_kernel_variant(old, new)) == [], why
 
 
+def _launch_literals(block_m: int, block_n: int, block_k: int, stages: int, warps: int) -> dict[str, int]:
+    """A launch's literal keywords for a GEMM configuration."""
+    return {
+        "BLOCK_M": block_m,
+        "BLOCK_N": block_n,
+        "BLOCK_K": block_k,
+        "num_warps": warps,
+        "num_stages": stages,
+    }
+
+
 @pytest.mark.parametrize(
     "config, expected",
     [
@@ -203,14 +214,7 @@ def test_persistent_leaves_alone_what_it_cannot_loop(old, new, why):
 )
 def test_programs_per_sm_follow_registers_and_shared_memory(config, expected):
     block_m, block_n, block_k, warps, stages = config
-    literals = {
-        "BLOCK_M": block_m,
-        "BLOCK_N": block_n,
-        "BLOCK_K": block_k,
-        "num_warps": warps,
-        "num_stages": stages,
-    }
-    assert programs_per_sm(literals, 232448, 2) == expected
+    assert programs_per_sm(_launch_literals(block_m, block_n, block_k, stages, warps), 232448, 2) == expected
     assert programs_per_sm({"BLOCK_M": 64, "num_warps": 4}, 232448, 2) is None  # no literal tile
 
 
@@ -228,14 +232,7 @@ def test_tma_and_persistent_in_one_edit():
         assert "tl.make_tensor_descriptor(" in edit.source and LOOP.search(edit.source)
         config = edit.detail.get("config")
         if config is not None:
-            block_m, block_n, block_k, stages, warps = config
-            literals = {
-                "BLOCK_M": block_m,
-                "BLOCK_N": block_n,
-                "BLOCK_K": block_k,
-                "num_warps": warps,
-                "num_stages": stages,
-            }
+            literals = _launch_literals(*config)  # [M, N, K, stages, warps], as gemm_config records it
             per_sm = programs_per_sm(literals, platform_limits().shared_memory_bytes, 2)
             assert f"_persistent_grid(grid, {per_sm})" in edit.source
 
