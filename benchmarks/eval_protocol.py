@@ -135,6 +135,55 @@ def variants_of(seed: Any, count: int) -> list[Any]:
     return found
 
 
+class GateSampler:
+    """The memory gates' state (admission.py) sampled every ``every_s`` while the block runs: how many
+    evaluations ran at once, how many waited for memory, and what they reserved."""
+
+    def __init__(self, device: str, every_s: float = 0.25) -> None:
+        import threading
+
+        self.device, self.every_s = device, every_s
+        self.samples: list[dict[str, Any]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        from ksmith_triton import admission
+
+        while not self._stop.wait(self.every_s):
+            with admission._gates_lock:
+                gates = list(admission._gates.values())
+            snaps = [g.snapshot() for g in gates]
+            self.samples.append(
+                {
+                    "running": sum(s["running"] for s in snaps),
+                    "waiting": sum(s["waiting"] for s in snaps),
+                    "reserved": sum(s["reserved"] for s in snaps),
+                }
+            )
+
+    def __enter__(self) -> GateSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def summary(self) -> dict[str, Any]:
+        if not self.samples:
+            return {}
+        running = [s["running"] for s in self.samples]
+        return {
+            "samples": len(self.samples),
+            "every_s": self.every_s,
+            "running_mean": round(statistics.mean(running), 2),
+            "running_max": max(running),
+            "waiting_mean": round(statistics.mean(s["waiting"] for s in self.samples), 2),
+            "reserved_gib_max": round(max(s["reserved"] for s in self.samples) / 2**30, 2),
+        }
+
+
 def throughput(
     pairs: list[tuple[Any, Any]], options: Any, workers: int, gpus: int, variants: int
 ) -> dict[str, Any]:
@@ -176,7 +225,8 @@ def throughput(
         judge((load_problem(CASES / "scale_add.py"), load_candidate(CASES / "scale_add_ok.py")))
         started, wall_started = time.monotonic(), time.time()
         spawned, forked = POOL.spawned, POOL.forked
-        verdicts = list(pool.map(judge, work))
+        with GateSampler(options.device) as gate_samples:
+            verdicts = list(pool.map(judge, work))
         seconds, wall_ended = time.monotonic() - started, time.time()
         spawned, forked = POOL.spawned - spawned, POOL.forked - forked
     # Isolation: the seeds were timed above while seven other evaluations ran; time them again one at a time.
@@ -203,9 +253,18 @@ def throughput(
     phases = median_details(verdicts, "phases")
     steps = median_details(verdicts, "worker_steps")
     loop_ms = medians(v.details.get("timing", {}).get("loop_ms") for v in verdicts)
+    check_ms = medians(v.details.get("timing", {}).get("check_ms") for v in verdicts)
+    requests = sorted({kind for v in verdicts for kind in v.details.get("reference_steps", {})})
+    reference_steps = {
+        kind: medians(v.details.get("reference_steps", {}).get(kind) for v in verdicts) for kind in requests
+    }
     per_minute = len(verdicts) / seconds * 60.0
     trace = os.environ.get(LOCK_TRACE_ENV)
-    gpu_lock = summarise(read_trace(Path(trace)), wall_started, wall_ended) if trace else None
+    gpu_lock = (
+        summarise(read_trace(Path(trace)), wall_started, wall_ended)
+        if trace and Path(trace).exists()
+        else None
+    )
     return {
         "evaluations": len(verdicts),
         "problems": [p.name for p, _ in pairs],
@@ -222,12 +281,17 @@ def throughput(
         "median_worker_step_seconds": steps,
         # Inside the candidate's timed loop (the exclusive lock): ms per part, median over evaluations.
         "median_timing_loop_ms": loop_ms,
+        "median_timed_check_ms": check_ms,
+        # The reference process's host seconds per step of each request kind, median over evaluations.
+        "median_reference_steps_s": reference_steps,
         "median_eval_seconds": statistics.median(v.eval_seconds or 0.0 for v in verdicts),
         # candidate workers started during the measured pass, and how many of them were forked (forkserver.py)
         "workers_started": spawned,
         "workers_forked": forked,
         # The GPU lock's timeline over the measured pass (ksmith_triton/locktrace.py): what runs one at a time.
         "gpu_lock": gpu_lock,
+        # The memory gate over the measured pass (admission.py): evaluations admitted, waiting, bytes reserved.
+        "memory_gate": gate_samples.summary(),
         "isolation": isolation,
         "max_isolation_difference": max((abs(r["difference"]) for r in isolation), default=None),
         "per_evaluation": [
@@ -242,6 +306,8 @@ def throughput(
                 "timing": {
                     k: x for k, x in v.details.get("timing", {}).items() if k != "fully_checked_calls"
                 },
+                "memory": v.details.get("memory"),
+                "reference_steps": v.details.get("reference_steps"),
                 "reasons": list(v.reasons)[:2],
             }
             for (p, c), v in zip(work, verdicts)
@@ -397,6 +463,10 @@ def main(argv: list[str] | None = None) -> int:
             exposed = sum(e["timing"].get("exposed_calls", 0) for e in t["per_evaluation"] if e["timing"])
             print(f"    timed calls launched slower than their spin (all evaluations): {exposed}")
             print(f"    timed loop, median ms per part: {t['median_timing_loop_ms']}")
+            print(f"    after-call checks, median ms per part: {t['median_timed_check_ms']}")
+            print(f"    memory gate: {t['memory_gate']}")
+            for kind, steps in t["median_reference_steps_s"].items():
+                print(f"    reference process, {kind}, median s per step: {steps}")
             if t["gpu_lock"]:
                 print(textwrap.indent(render(t["gpu_lock"]), "    "))
             for row in t["isolation"]:

@@ -126,6 +126,8 @@ def run_candidate(channel: Channel, job: dict[str, Any]) -> int:
 
     if job.get("device") == "cpu":
         os.environ["TRITON_INTERPRET"] = "1"
+    else:
+        child_common.host_threads_for_gpu_work()
     set_limits(job)
     # Inputs, the model's weights and the first (compiling) call use the GPU before the driver asks for
     # anything: held shared until the first call is done, so none of it overlaps another candidate's timing.
@@ -149,6 +151,25 @@ def run_candidate(channel: Channel, job: dict[str, Any]) -> int:
             channel.send("error", status="setup_error", reason=reason, error=format_error(exc))
             return 0
         return run_trials_and_timing(channel, job, *prepared, hold=hold)
+
+
+def compile_unheld(hold: Any, synchronize: Any) -> None:
+    """Triton compilations during the worker's own hold (the first call) run with the GPU's lock let go.
+
+    Compiling is host work of a tenth of a second to seconds (MLIR passes, ptxas), and while a worker held the
+    lock shared for it, every timer that arrived waited for it to end. The hold pauses around
+    ``triton.compiler.compile`` (every JIT function reads it when it first runs), after this process's GPU work
+    so far has finished; loading and launching the kernel happen with the lock taken again. Compilations
+    later (trials, timing) run under the driver's holds, where the pause does nothing."""
+    import triton.compiler
+
+    original = triton.compiler.compile
+
+    def compile(*args: Any, **kwargs: Any) -> Any:  # noqa: A001 - the name Triton looks up
+        with hold.paused(synchronize):
+            return original(*args, **kwargs)
+
+    triton.compiler.compile = compile
 
 
 def set_limits(job: dict[str, Any]) -> None:
@@ -372,6 +393,8 @@ def run_trials_and_timing(
     device = job["device"]
 
     # -- import ------------------------------------------------------------------------------------------------
+    if hold is not None and device == "cuda":
+        compile_unheld(hold, timers["synchronize"])
     threads_before = thread_idents()  # any Python thread beyond these, at any later check, is the candidate's
     hooks_before = interpreter_hooks()
     guards.candidate_phase = True
@@ -558,6 +581,7 @@ def run_trials_and_timing(
         loop_ms={"before": round(before_ms, 2), **timed.loop_ms, "after": round(after_ms, 2)},
         full_checks=check.full,
         full_checks_skipped=check.full_skipped,
+        check_ms=check.parts_ms(),
         peak_bytes=peak_memory_bytes(device),
     )
     # The driver let go of the exclusive lock on that report. What is left takes the CUDA driver's own locks
@@ -575,7 +599,8 @@ class CheckRefused(Exception):
 
 
 class TimedCallCheck:
-    """Runs after every timed call, before the next one starts (no candidate code runs in between).
+    """Runs after every timed call, before the next one starts (no candidate code runs in between): on the GPU
+    in two halves, ``queue`` as soon as the call returned and ``__call__`` once the loop waited for the GPU.
 
     Samples of every output at positions drawn only now (``urandom``, captured before the candidate loaded)
     go to the driver at once with the call's times, so they are out of this process before the candidate runs
@@ -605,6 +630,12 @@ class TimedCallCheck:
         self.full_skipped = 0  # full checks drawn but left out: their copy would not fit (``_copy_fits``)
         self.input_seed: int | None = None  # the seed of the last fresh inputs made
         self.kept: list[tuple[int, str, list[Any]]] = []  # (call, structure, copies) for the full checks
+        # Seconds per part of the checks, summed over the calls (the report's ``check_ms``).
+        self.parts = dict.fromkeys(("rules", "samples", "full", "send"), 0.0)
+        self._mark = 0.0
+        self._queued: tuple[int, str, list[Any], int, list[Any]] | None = (
+            None  # ``queue``'s, for ``__call__``
+        )
         # Read once, before the first call: asking the driver for free memory inside the timed loop can wait
         # behind another process's new CUDA context.
         self.free_bytes: int | None = None
@@ -627,13 +658,26 @@ class TimedCallCheck:
         self.full_skipped += 0 if fits else 1
         return fits
 
-    def __call__(
-        self, index: int, input_set: int, out: Any, last: bool, gpu_ms: float, host_ms: float
-    ) -> None:
+    def _lap(self, part: str) -> None:
+        import time
+
+        now = time.perf_counter()
+        self.parts[part] += now - self._mark
+        self._mark = now
+
+    def queue(self, index: int, out: Any) -> None:
+        """The first half of a call's check, run as soon as the call returned (on the GPU, before the loop
+        waits for it): the rules, then sample positions drawn now and the gather of those elements queued on
+        the stream behind the call's own kernels, copied to pinned host memory. No kernel of the call can see
+        the positions: they reach the GPU after its kernels, in stream order. ``__call__`` reads the samples
+        once the loop has waited for the GPU."""
+        import time
+
         import torch
 
         from ksmith_triton.guards import hooks_added
 
+        self._mark = time.perf_counter()
         # Before the harness touches anything the call returned: nothing of the candidate's may be left to
         # run inside it (a mode on the torch stack, a profile hook), and the call must have run kernels.
         if self.hooks_before is not None:
@@ -648,12 +692,33 @@ class TimedCallCheck:
             noun = getattr(self.guards, "kernel_noun", "Triton kernel")
             raise CheckRefused(f"{code}: timed call {index + 1} launched no {noun}")
         structure, tensors = flatten_outputs(out)  # OutputError: the caller refuses the candidate
+        self._lap("rules")
         seed = self._draw()
         positions = child_common.sample_positions(seed, [t.numel() for t in tensors])
-        samples = []
+        values = []
         for tensor, where in zip(tensors, positions):
-            values = torch.take(tensor.detach(), where.to(tensor.device)).to("cpu")
-            samples.append(child_common.encode_values(values))
+            if tensor.is_cuda:
+                where = where.pin_memory().to(tensor.device, non_blocking=True)
+                values.append(torch.take(tensor.detach(), where).to("cpu", non_blocking=True))
+            else:
+                values.append(torch.take(tensor.detach(), where.to(tensor.device)).to("cpu"))
+        self._queued = (index, structure, tensors, seed, values)
+        self._lap("samples")
+
+    def __call__(
+        self, index: int, input_set: int, out: Any, last: bool, gpu_ms: float, host_ms: float
+    ) -> None:
+        import time
+
+        import torch
+
+        queued, self._queued = self._queued, None
+        if queued is None or queued[0] != index:  # not queued before the wait (the CPU's loop)
+            self.queue(index, out)
+            queued, self._queued = self._queued, None
+        self._mark = time.perf_counter()
+        _, structure, tensors, seed, values = queued
+        samples = [child_common.encode_values(v) for v in values]  # complete: the loop waited for the GPU
         message: dict[str, Any] = {
             "index": index,
             "set": input_set,
@@ -667,6 +732,7 @@ class TimedCallCheck:
             "seed": seed,
             "samples": samples,
         }
+        self._lap("samples")
         drawn = self._draw() / 2**63 < self.full_rate
         # The last call is always fully checked if none was: the report needs one (a copy too large for the
         # GPU then fails as an out-of-memory, not as a forged report).
@@ -676,7 +742,12 @@ class TimedCallCheck:
             copies = [t.detach().clone(memory_format=torch.contiguous_format) for t in tensors]
             self.kept.append((index, structure, copies))
             message["full"] = True
+        self._lap("full")
         self.channel.send("call", **message)
+        self._lap("send")
+
+    def parts_ms(self) -> dict[str, float]:
+        return {k: round(v * 1e3, 2) for k, v in self.parts.items()}
 
     def export(self) -> dict[str, list[dict[str, Any]]]:
         """The kept copies, described for the reader (``save_outputs``), by call index."""
@@ -870,6 +941,7 @@ def time_candidate(
             int(command["warmup"]),
             check,
             fresh_inputs,
+            before_wait=check.queue,
         )
 
 

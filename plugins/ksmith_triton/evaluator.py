@@ -557,7 +557,9 @@ def admitted_run(
             keep_footprint(evaluation, gate)
     memory = {"reserved_bytes": need, "footprint": source, "waited_s": ticket.waited_s}
     if not first_reason:
-        return with_details(verdict, memory={**memory, "shared_gpu": ticket.overlapped})
+        return with_details(
+            verdict, memory={**memory, "shared_gpu": ticket.overlapped, "peaks": dict(evaluation.peaks)}
+        )
     log.info("%s: out of memory beside other evaluations; again alone: %s", problem.name, first_reason[:200])
     again = cls(problem, candidate, options, gpu=evaluation.gpu)
     with gate.admitted(need, exclusive=True) as alone:
@@ -765,6 +767,17 @@ class Evaluation:
     def saw_peak(self, side: str, message: Any) -> None:
         if isinstance(message, dict) and isinstance(message.get("peak_bytes"), int):
             self.peaks[side] = max(self.peaks[side], max(0, message["peak_bytes"]))
+
+    def note_reference_steps(self, request: str, answer: Any) -> None:
+        """Where the reference process's time went per request kind, summed (``details["reference_steps"]``:
+        for whoever tunes throughput)."""
+        steps = answer.get("steps") if isinstance(answer, dict) else None
+        if not isinstance(steps, dict):
+            return
+        kept = self.details.setdefault("reference_steps", {}).setdefault(request, {})
+        for step, seconds in steps.items():
+            if isinstance(seconds, (int, float)):
+                kept[step] = round(kept.get(step, 0.0) + seconds, 4)
 
     def measured_peak(self) -> int | None:
         """This evaluation's peak on its device (candidate + reference process), once the candidate got
@@ -1088,6 +1101,7 @@ class Evaluation:
                 timeout_s=max(COMPARE_TIMEOUT_MIN_S, self.options.timeout_s),
             )
             self.saw_peak("reference", compared)
+            self.note_reference_steps(f"compare {label}", compared)
             if compared.get("meta"):
                 self.sizes = compared["meta"]
             return compared
@@ -1184,6 +1198,7 @@ class Evaluation:
                 **request,
             )
             self.saw_peak("reference", sampled)
+            self.note_reference_steps("check timed samples", sampled)
         except ProblemError:
             if self.device != "cuda":
                 raise
@@ -1242,6 +1257,7 @@ class Evaluation:
             "prequeue_ms": report.get("prequeue_ms"),
             "exposed_calls": int(report.get("exposed_calls") or 0),
             "loop_ms": report.get("loop_ms") if isinstance(report.get("loop_ms"), dict) else None,
+            "check_ms": report.get("check_ms") if isinstance(report.get("check_ms"), dict) else None,
             "host_median_ms": host_ms[len(host_ms) // 2],
             "fully_checked_calls": [int(c["index"]) for c in full],
             "full_checks_skipped_for_memory": int(report.get("full_checks_skipped") or 0),

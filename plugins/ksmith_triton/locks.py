@@ -309,9 +309,29 @@ class WorkerSharedHold:
 
     def __init__(self, device: str | None, what: str = "worker") -> None:
         self._held: contextlib.AbstractContextManager | None = None
+        self._what = what
         if device == "cuda":
-            self._held = shared_gpu_lock(device, os.environ.get("CUDA_VISIBLE_DEVICES") or "0", what)
-            self._held.__enter__()
+            self._held = self._take()
+
+    def _take(self) -> contextlib.AbstractContextManager:
+        held = shared_gpu_lock("cuda", os.environ.get("CUDA_VISIBLE_DEVICES") or "0", self._what)
+        held.__enter__()
+        return held
+
+    @contextlib.contextmanager
+    def paused(self, drain: Callable[[], None]) -> Iterator[None]:
+        """Let the lock go for host-only work in the middle of the hold (a Triton compilation), and take it
+        again after. ``drain`` waits for this process's GPU work so far, so none of it runs unheld. Nothing
+        while the hold was already released."""
+        if self._held is None:
+            yield
+            return
+        drain()
+        self.release()
+        try:
+            yield
+        finally:
+            self._held = self._take()
 
     def release(self) -> None:
         held, self._held = self._held, None

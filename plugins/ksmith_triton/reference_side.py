@@ -12,8 +12,10 @@ candidate's outputs arrive as raw bytes or CUDA IPC handles, read by ``compare.p
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import resource
+import time
 import types
 import weakref
 from collections.abc import Callable, Iterator
@@ -25,6 +27,7 @@ from ksmith_triton.child_common import (
     ProblemStepError,
     flatten_outputs,
     format_error,
+    host_threads_for_gpu_work,
     load_problem_module,
     make_inputs,
     make_model,
@@ -54,6 +57,7 @@ def run_reference(channel: Channel, job: dict[str, Any]) -> int:
         return answer_with(channel, str(exc))
     if device == "cuda":
         torch.cuda.init()
+        host_threads_for_gpu_work()
     handlers = {
         "compare": compare_with_reference,
         "check_samples": check_sampled_calls,
@@ -79,6 +83,23 @@ def run_reference(channel: Channel, job: dict[str, Any]) -> int:
         if device == "cuda":
             # Many of these processes live side by side (one per problem): none keeps its peak's cache.
             torch.cuda.empty_cache()
+
+
+class StepClock:
+    """Host seconds per step of one answer (``steps`` in it), for whoever tunes throughput: a step's GPU work
+    shows in the first step after it that waits for the GPU."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self._mark = time.perf_counter()
+
+    def lap(self, step: str) -> None:
+        now = time.perf_counter()
+        self.seconds[step] = self.seconds.get(step, 0.0) + now - self._mark
+        self._mark = now
+
+    def rounded(self) -> dict[str, float]:
+        return {k: round(v, 4) for k, v in self.seconds.items()}
 
 
 def answer_with(channel: Channel, reason: str) -> int:
@@ -166,35 +187,77 @@ def check_sampled_calls(problem: types.ModuleType, device: str, command: dict[st
     ``calls`` are what the candidate's worker sent after each timed call: the input set (or the seed of the
     fresh inputs the call had alone), the seed the sample positions derive from (drawn after the call), and
     the sampled values. The reference outputs of each timing input set are computed once here, those of fresh
-    inputs once per call. Returns the first call that differs, if any.
+    inputs once per call. The reference's elements of every call are gathered first and read in one wait for
+    the GPU, then compared all at once (call by call only where that finds a difference). Returns the first
+    call that differs, if any.
     """
+    import torch
+
     from ksmith_triton.compare import tolerances
 
     tolerance_for = tolerances(command["tolerances"])
+    clock = StepClock()
     model = make_model(problem.Model, problem, command["init_seed"], device)
+    clock.lap("model")
     expected: dict[int, tuple[str, list[Any]]] = {}
     calls = command["calls"]
+    gathered: list[SampledCall | dict[str, Any]] = []
     for call in calls:
         try:
-            found = _check_one_call(
-                problem, device, command, model, expected, call, len(calls), tolerance_for
+            item: SampledCall | dict[str, Any] = _gather_samples(
+                problem, device, command, model, expected, call, len(calls)
             )
         except (ValueError, TypeError, KeyError, IndexError, OverflowError) as exc:
-            # The report is the candidate's process's: what does not parse is forged, not a reference failure.
-            found = {
-                "correct": False,
-                "index": call.get("index", -1) if isinstance(call, dict) else -1,
-                "reasons": [
-                    f"FORGED_OUTPUT: a timed call's samples cannot be read ({type(exc).__name__}: {exc})"
-                ],
-                "mismatch": None,
-            }
-        if found is not None:
-            return found
-    return {"correct": True, "checked": len(calls)}
+            item = _forged(call, exc)
+        gathered.append(item)
+        if isinstance(item, dict):  # a difference already: the calls after it are not looked at
+            break
+    clock.lap("reference outputs")
+    for item in gathered:
+        if isinstance(item, SampledCall):
+            item.wants = [want.to("cpu", non_blocking=True) for want in item.wants]
+    if device == "cuda":
+        torch.cuda.synchronize()
+    clock.lap("gather")
+    try:
+        found = _first_difference(gathered, tolerance_for)
+    except (ValueError, TypeError, KeyError, IndexError, OverflowError) as exc:  # only on a forged report
+        found = _forged({}, exc)
+    clock.lap("compare")
+    if found is not None:
+        return {**found, "steps": clock.rounded()}
+    return {"correct": True, "checked": len(calls), "steps": clock.rounded()}
 
 
-def _check_one_call(
+def _forged(call: Any, exc: BaseException) -> dict[str, Any]:
+    # The report is the candidate's process's: what does not parse is forged, not a reference failure.
+    return {
+        "correct": False,
+        "index": call.get("index", -1) if isinstance(call, dict) else -1,
+        "reasons": [f"FORGED_OUTPUT: a timed call's samples cannot be read ({type(exc).__name__}: {exc})"],
+        "mismatch": None,
+    }
+
+
+class SampledCall:
+    """One timed call's report beside the reference's elements at its sample positions (``wants``: on the
+    device until gathered, then on the CPU)."""
+
+    def __init__(self, call: dict[str, Any], label: str, refs: list[Any], positions: list[Any]) -> None:
+        self.index, self.label, self.texts = int(call["index"]), label, list(call["samples"])
+        self.dtypes = [ref.dtype for ref in refs]
+        self.shapes = [tuple(ref.shape) for ref in refs]
+        self.positions = positions
+        self.wants = [torch_take(ref, where) for ref, where in zip(refs, positions)]
+
+
+def torch_take(ref: Any, where: Any) -> Any:
+    import torch
+
+    return torch.take(ref, where.to(ref.device))
+
+
+def _gather_samples(
     problem: types.ModuleType,
     device: str,
     command: dict[str, Any],
@@ -202,14 +265,13 @@ def _check_one_call(
     expected: dict[int, tuple[str, list[Any]]],
     call: dict[str, Any],
     count: int,
-    tolerance_for: Any,
-) -> dict[str, Any] | None:
-    """The first difference in one timed call's samples, or ``None``. Reference outputs of the prepared
-    input sets are kept in ``expected``; those of a call's fresh inputs are computed for it alone."""
+) -> SampledCall | dict[str, Any]:
+    """The reference's elements at one timed call's sample positions (queued on the device), or the reason
+    its report cannot be the reference's. Reference outputs of the prepared input sets are kept in
+    ``expected``; those of a call's fresh inputs are computed for it alone."""
     import torch
 
-    from ksmith_triton.child_common import decode_values, sample_positions
-    from ksmith_triton.compare import compare_values
+    from ksmith_triton.child_common import sample_positions
 
     index, chosen = int(call["index"]), int(call["set"])
     if chosen < 0 or chosen not in expected:
@@ -229,29 +291,84 @@ def _check_one_call(
     if problem_found:
         return {"correct": False, "index": index, "reasons": [problem_found], "mismatch": None}
     positions = sample_positions(int(call["seed"]), [t.numel() for t in tensors])
-    for output, (ref, where, text) in enumerate(zip(tensors, positions, call["samples"])):
+    return SampledCall(call, label, tensors, positions)
+
+
+def _first_difference(
+    gathered: list[SampledCall | dict[str, Any]], tolerance_for: Any
+) -> dict[str, Any] | None:
+    """The first call (in order) whose samples differ from the reference's, or ``None``. Every call's samples
+    of an output are compared together first; only a difference there is looked for call by call."""
+    import torch
+
+    from ksmith_triton.child_common import decode_values
+    from ksmith_triton.compare import compare_values
+
+    calls = [item for item in gathered if isinstance(item, SampledCall)]
+    if len(calls) == len(gathered) and calls:
         try:
-            got = decode_values(text, ref.dtype, len(where))
+            gots = [
+                [
+                    decode_values(text, dtype, len(where))
+                    for text, dtype, where in zip(c.texts, c.dtypes, c.positions)
+                ]
+                for c in calls
+            ]
+        except ValueError:
+            gots = None  # a forged sample: found and named below, in its call's turn
+        if gots is not None:
+            clean = all(
+                compare_values(
+                    output,
+                    torch.cat([got[output] for got in gots]),
+                    torch.cat([c.wants[output] for c in calls]),
+                    tolerance_for(str(calls[0].dtypes[output])),
+                    "",
+                )
+                is None
+                for output in range(len(calls[0].wants))
+            )
+            if clean:
+                return None
+    for item in gathered:
+        if isinstance(item, dict):
+            return item
+        found = _call_difference(item, tolerance_for)
+        if found is not None:
+            return found
+    return None
+
+
+def _call_difference(call: SampledCall, tolerance_for: Any) -> dict[str, Any] | None:
+    """How one timed call's samples differ from the reference's, or ``None``."""
+    import torch
+
+    from ksmith_triton.child_common import decode_values
+    from ksmith_triton.compare import compare_values
+
+    for output, (text, dtype, shape, where, want) in enumerate(
+        zip(call.texts, call.dtypes, call.shapes, call.positions, call.wants)
+    ):
+        try:
+            got = decode_values(text, dtype, len(where))
         except ValueError as exc:
             return {
                 "correct": False,
-                "index": index,
-                "reasons": [f"FORGED_OUTPUT: {label}, output {output}: {exc}"],
+                "index": call.index,
+                "reasons": [f"FORGED_OUTPUT: {call.label}, output {output}: {exc}"],
                 "mismatch": None,
             }
-        want = torch.take(ref, where.to(ref.device)).to("cpu")
-        result = compare_values(output, got, want, tolerance_for(str(ref.dtype)), f" ({label})")
+        result = compare_values(output, got, want, tolerance_for(str(dtype)), f" ({call.label})")
         if result is not None:
             mismatch = dict(result.mismatch or {})
             if mismatch.get("worst_index"):
                 flat = int(where[int(mismatch["worst_index"][0])])
-                shape = tuple(ref.shape)
                 mismatch["worst_index"] = (
                     [int(i) for i in torch.unravel_index(torch.tensor(flat), shape)] if shape else []
                 )
-            mismatch["numel"] = ref.numel()
-            mismatch["where"] = f"{label}, {len(where)} sampled elements"
-            return {"correct": False, "index": index, "reasons": result.reasons, "mismatch": mismatch}
+            mismatch["numel"] = math.prod(shape)
+            mismatch["where"] = f"{call.label}, {len(where)} sampled elements"
+            return {"correct": False, "index": call.index, "reasons": result.reasons, "mismatch": mismatch}
     return None
 
 
@@ -276,16 +393,36 @@ def _sample_shape_problem(
     return ""
 
 
+# The degenerate-reference check's answer in this process (one problem), by tolerances, with the reference's
+# sizes: a property of the problem, not of a candidate, so the first evaluation's seeds decide it and the
+# later evaluations of the problem skip its passes over every seed's outputs (a quarter of a second each on
+# 256 MB outputs).
+_degenerate_known: dict[str, tuple[list[str], dict[str, Any]]] = {}
+
+
 def compare_with_reference(problem: types.ModuleType, device: str, command: dict[str, Any]) -> dict[str, Any]:
     """Reference outputs for the seeds, kept here on the device, and the candidate's outputs compared with
     them: the candidate's process has reported and is idle or gone, and never sees these."""
     from ksmith_triton.compare import compare_outputs, degenerate_reasons, load_outputs, tolerances
 
     tolerance_for = tolerances(command["tolerances"])
+    clock = StepClock()
+    checked = _degenerate_known.get(json.dumps(command["tolerances"], sort_keys=True))
+    if command.get("degenerate_check") and checked is not None and not command["got"]:
+        return {"degenerate": checked[0], "comparisons": [], "meta": checked[1], "steps": clock.rounded()}
     model = make_model(problem.Model, problem, command["init_seed"], device)
+    clock.lap("model")
     expected = ReferenceOutputs(problem, model, command["seeds"], device)
     meta = expected.meta
-    degenerate = degenerate_reasons(expected, tolerance_for) if command.get("degenerate_check") else []
+    clock.lap("reference outputs")
+    degenerate: list[str] = []
+    if command.get("degenerate_check"):
+        if checked is None:
+            degenerate = degenerate_reasons(expected, tolerance_for)
+            _degenerate_known[json.dumps(command["tolerances"], sort_keys=True)] = (degenerate, meta)
+        else:
+            degenerate = checked[0]
+    clock.lap("degenerate check")
     comparisons: list[dict[str, Any]] = []
     if not degenerate:
         directory = Path(command["directory"])
@@ -294,7 +431,9 @@ def compare_with_reference(problem: types.ModuleType, device: str, command: dict
         first, total = int(command.get("first") or 0), int(command.get("total") or count)
         for index, report in enumerate(command["got"][:count]):
             try:
+                clock.lap("compare")
                 got = load_outputs(report, directory, device)
+                clock.lap("load outputs")
             except Exception as exc:  # noqa: BLE001 - unreadable or inconsistent files are the candidate's doing
                 comparisons.append(
                     {
@@ -305,14 +444,17 @@ def compare_with_reference(problem: types.ModuleType, device: str, command: dict
                 )
                 break
             where = f"{label} {first + index} of {total}"
-            result = compare_outputs(got, expected[index], device, tolerance_for, where)
+            reference = expected[index]
+            clock.lap("reference outputs")
+            result = compare_outputs(got, reference, device, tolerance_for, where)
             comparisons.append(
                 {"correct": result.correct, "reasons": result.reasons, "mismatch": result.mismatch}
             )
             del got
             if not result.correct:
                 break
-    return {"degenerate": degenerate, "comparisons": comparisons, "meta": meta}
+    clock.lap("compare")
+    return {"degenerate": degenerate, "comparisons": comparisons, "meta": meta, "steps": clock.rounded()}
 
 
 class ReferenceOutputs:

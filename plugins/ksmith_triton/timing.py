@@ -5,7 +5,9 @@ warm-up calls (half to one and a half times the asked number), how many timed ca
 which input set each call gets. Nothing of it exists before the moment it is used, so a candidate that keeps
 state across calls cannot read ahead which call is the last, or which outputs will be looked at: after every
 timed call an ``after_call`` hook (the candidate's worker uses it to check samples of the outputs) runs
-before the next call starts.
+before the next call starts. On the GPU a ``before_wait`` hook may queue work on the call's outputs right
+after its launch (the check's gather of samples): it runs behind the call's kernels on the stream, after the
+end event, so the one wait for the GPU covers both.
 
 GPU: the L2 cache is flushed (a buffer twice its size zeroed) before every call, then the GPU is kept busy
 with a calibrated spin (``torch.cuda._sleep``) while the host launches the call, so the CUDA events around
@@ -45,6 +47,9 @@ WARMUP_BUDGET_MS = 1000.0
 # (timed call index, input set, outputs, is it the last?, GPU ms, host ms); the input set is -1 for fresh
 # inputs, whose seed is then the last entry of ``TimedCalls.input_seeds``.
 AfterCall = Callable[[int, int, Any, bool, float, float], None]
+# (timed call index, outputs): on the GPU, called as soon as the call is launched, before the loop waits for
+# the GPU, to queue work on the outputs behind the call's kernels (the after-call check's gather of samples).
+BeforeWait = Callable[[int, Any], None]
 FreshInputs = Callable[[int], list[Any]]  # a seed -> inputs no call has had before
 FRESH_SHARE = 1 / 3  # timed calls on fresh inputs, when the caller can make them
 
@@ -208,6 +213,7 @@ def time_gpu(
     fresh_inputs: FreshInputs | None = None,
     budget_ms: float = TIMED_BUDGET_MS,
     least: int = MIN_TIMED_CALLS,
+    before_wait: BeforeWait | None = None,
 ) -> TimedCalls:
     record, elapsed, sync = timers["record"], timers["elapsed"], timers["synchronize"]
     stream, perf, event = timers["stream"], timers["perf_counter"], timers["event_class"]
@@ -267,6 +273,9 @@ def time_gpu(
         host = (perf() - begin) * 1e3
         record(end, stream)
         lap("launch")
+        if before_wait is not None:
+            before_wait(calls, out)  # queued behind the call: outside the events, no extra wait
+            lap("check")
         sync()
         lap("wait")
         # The spin may have run out before the launch did: cover such a launch from now on.
@@ -344,13 +353,17 @@ def time_calls(
     fresh_inputs: FreshInputs | None = None,
     budget_ms: float = TIMED_BUDGET_MS,
     least: int = MIN_TIMED_CALLS,
+    before_wait: BeforeWait | None = None,
 ) -> TimedCalls:
     """Time ``fn`` over ``input_sets`` with a schedule drawn as it goes (about ``trials`` timed calls, fewer
     on the GPU for calls so slow that they would take more than ``budget_ms``: see :meth:`Schedule.fitted`);
-    with ``fresh_inputs``, a third of the timed calls get inputs made for them alone."""
+    with ``fresh_inputs``, a third of the timed calls get inputs made for them alone. ``before_wait`` (GPU
+    only): see :data:`BeforeWait`."""
     schedule = Schedule(timers["urandom"], trials, warmup)
     if device == "cuda":
-        return time_gpu(fn, input_sets, timers, schedule, after_call, fresh_inputs, budget_ms, least)
+        return time_gpu(
+            fn, input_sets, timers, schedule, after_call, fresh_inputs, budget_ms, least, before_wait
+        )
     return time_cpu(fn, input_sets, timers, schedule, after_call, fresh_inputs)
 
 

@@ -402,12 +402,15 @@ def test_the_first_evaluation_reserves_the_estimate_and_the_next_what_it_measure
 
     first = evaluate(problem("scale_add"), seed, options)
     assert first.status is Status.OK, first.reasons
-    assert dict(first.details["memory"]) | {"waited_s": 0} == {
+    memory = dict(first.details["memory"])
+    peaks = memory.pop("peaks")
+    assert memory | {"waited_s": 0} == {
         "reserved_bytes": estimate_bytes(small, small, 2),
         "footprint": "estimate",
         "waited_s": 0,
         "shared_gpu": False,
     }
+    assert peaks["candidate"] > 0 and peaks["reference"] > 0  # each process's own peak (on CPU, RSS)
     ((key, measured),) = [(k, footprints.expected(k)) for k in footprints._measured]
     assert measured[1] == "measured" and measured[0] > 2 * small  # both processes' peaks (on CPU, RSS)
 

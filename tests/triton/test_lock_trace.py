@@ -3,6 +3,7 @@ order that keeps a queue of reference requests from holding a timer up."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -143,3 +144,65 @@ def test_timers_queued_behind_a_timer_run_before_shared_work_that_came_between(t
     assert worker.wait(20) == 0
     order = [h["what"] for h in sorted(read_trace(trace), key=lambda h: h["got"])]
     assert order == ["first timer", "second timer", "worker"]
+
+
+def _exclusive_from_another_process(wait_s: float) -> bool:
+    """Whether another process gets GPU 0's lock exclusively within ``wait_s`` (it inherits the lock dir)."""
+    import subprocess
+    import sys
+
+    code = (
+        "from ksmith_triton import locks\n"
+        "try:\n"
+        "    with locks.exclusive_gpu_lock('cuda', '0', 'timer'):\n"
+        "        print('got')\n"
+        "except locks.GpuLockTimeout:\n"
+        "    print('busy')\n"
+    )
+    env = {**__import__("os").environ, locks.LOCK_WAIT_ENV: str(wait_s)}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    return done.stdout.strip() == "got"
+
+
+def test_a_worker_hold_paused_for_a_compilation_lets_a_timer_in_and_is_taken_again(trace, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    hold = locks.WorkerSharedHold("cuda", "candidate first call")
+    drained = []
+    try:
+        assert not _exclusive_from_another_process(0.5)  # held: a timer waits
+        with hold.paused(lambda: drained.append(True)):
+            assert drained == [True]  # the worker's GPU work finished before the lock went
+            assert _exclusive_from_another_process(5.0)
+        assert not _exclusive_from_another_process(0.5)  # taken again
+    finally:
+        hold.release()
+    assert _exclusive_from_another_process(5.0)
+    whats = [(h["what"], h["mode"]) for h in read_trace(trace)]
+    assert whats.count(("candidate first call", "shared")) == 2  # before and after the pause
+    # Once released for good (after the first call), a pause does nothing.
+    with hold.paused(lambda: drained.append(False)):
+        pass
+    assert drained == [True]
+
+
+def test_triton_compilations_in_the_first_call_run_with_the_hold_paused(monkeypatch):
+    import triton.compiler
+
+    from ksmith_triton.candidate_side import compile_unheld
+
+    events = []
+
+    class Hold:
+        @contextlib.contextmanager
+        def paused(self, drain):
+            drain()
+            events.append("paused")
+            yield
+            events.append("taken again")
+
+    monkeypatch.setattr(
+        triton.compiler, "compile", lambda *a, **k: events.append(("compiled", a, k)) or "kernel"
+    )
+    compile_unheld(Hold(), lambda: events.append("drained"))
+    assert triton.compiler.compile("src", target="t") == "kernel"
+    assert events == ["drained", "paused", ("compiled", ("src",), {"target": "t"}), "taken again"]
