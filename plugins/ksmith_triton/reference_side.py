@@ -244,17 +244,13 @@ class SampledCall:
     device until gathered, then on the CPU)."""
 
     def __init__(self, call: dict[str, Any], label: str, refs: list[Any], positions: list[Any]) -> None:
+        import torch
+
         self.index, self.label, self.texts = int(call["index"]), label, list(call["samples"])
         self.dtypes = [ref.dtype for ref in refs]
         self.shapes = [tuple(ref.shape) for ref in refs]
         self.positions = positions
-        self.wants = [torch_take(ref, where) for ref, where in zip(refs, positions)]
-
-
-def torch_take(ref: Any, where: Any) -> Any:
-    import torch
-
-    return torch.take(ref, where.to(ref.device))
+        self.wants = [torch.take(ref, where.to(ref.device)) for ref, where in zip(refs, positions)]
 
 
 def _gather_samples(
