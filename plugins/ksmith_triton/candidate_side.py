@@ -196,8 +196,15 @@ def prepare_candidate_run(job: dict[str, Any]) -> tuple[Any, ...]:
         first = make_inputs(problem, job["trial_seeds"][0], device)
         input_bytes = tensor_bytes(first)
         budget = free_device_bytes(device) // 4
-        trial_inputs = InputSets(problem, job["trial_seeds"], device, first, input_bytes, budget)
-        timing_inputs = TimingInputs(problem, job.get("timing_seeds", []), device, input_bytes, budget)
+        # On a GPU each set is made when it is used: an evaluation's memory reservation is its peak, and sets
+        # made ahead (five trial sets, three timing sets beside them) were most of it (docs/benchmarks.md §1b3).
+        ahead = device != "cuda"
+        trial_inputs = InputSets(
+            problem, job["trial_seeds"], device, first, input_bytes, budget if ahead else 0
+        )
+        timing_inputs = TimingInputs(
+            problem, job.get("timing_seeds", []), device, input_bytes, budget, up_front=ahead
+        )
         # The problem's own code, run before any of the candidate's: a failure here is the problem's.
         job["init_inputs"] = make_init_inputs(problem, job["init_seed"], device)
 
@@ -254,8 +261,8 @@ class InputSets:
 class TimingInputs:
     """The timing loop's input sets (as many as fit in ``budget`` bytes beside one more, at least one).
 
-    Small ones are made up front, before the candidate loads, like the trials'. Large ones are made when the
-    timing starts, after the trials' inputs and staging are freed: while the reference process computes and
+    Small ones are made up front on the CPU, before the candidate loads, like the trials'. On a GPU, and large
+    ones anywhere, are made when the timing starts, after the trials' inputs and staging are freed: while the reference process computes and
     compares the trials beside this one, the candidate's process then holds no input set it is not using (on
     an 8.6 GB problem that set was what ran the pair out of an 80 GB GPU). Either way they come from the same
     seeds, drawn by the driver before the candidate existed; sets made after the candidate loaded are trusted
@@ -264,12 +271,20 @@ class TimingInputs:
 
     UP_FRONT_SHARE = 4  # made up front while they take at most this share of the budget
 
-    def __init__(self, problem: Any, seeds: list[int], device: str, input_bytes: int, budget: int) -> None:
+    def __init__(
+        self,
+        problem: Any,
+        seeds: list[int],
+        device: str,
+        input_bytes: int,
+        budget: int,
+        up_front: bool = True,
+    ) -> None:
         self.problem, self.device = problem, device
         keep = max(1, min(len(seeds), budget // max(1, input_bytes) - 1))
         self.seeds = list(seeds[:keep])
         self.sets: list[list[Any]] = []
-        self.deferred = input_bytes * len(self.seeds) > budget // self.UP_FRONT_SHARE
+        self.deferred = not up_front or input_bytes * len(self.seeds) > budget // self.UP_FRONT_SHARE
         if not self.deferred:
             self.sets = [make_inputs(problem, seed, device) for seed in self.seeds]
 

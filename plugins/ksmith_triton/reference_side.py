@@ -408,7 +408,15 @@ def compare_with_reference(problem: types.ModuleType, device: str, command: dict
         return {"degenerate": checked[0], "comparisons": [], "meta": checked[1], "steps": clock.rounded()}
     model = make_model(problem.Model, problem, command["init_seed"], device)
     clock.lap("model")
-    expected = ReferenceOutputs(problem, model, command["seeds"], device)
+    # Every output is kept only for a degenerate check still to run (it reads them all, some twice); the
+    # comparisons read each once.
+    expected = ReferenceOutputs(
+        problem,
+        model,
+        command["seeds"],
+        device,
+        keep=bool(command.get("degenerate_check")) and checked is None,
+    )
     meta = expected.meta
     clock.lap("reference outputs")
     degenerate: list[str] = []
@@ -454,19 +462,21 @@ def compare_with_reference(problem: types.ModuleType, device: str, command: dict
 
 
 class ReferenceOutputs:
-    """The reference's outputs for each seed, by index: all kept once computed when they fit in half the free
-    memory, else computed again from the seed each time one is asked for (a problem whose outputs take
+    """The reference's outputs for each seed, by index: all kept once computed when ``keep`` and they fit in
+    half the free memory, else computed again from the seed each time one is asked for (a problem whose outputs take
     gigabytes is judged with one reference output alive at a time, at the cost of recomputing it)."""
 
-    def __init__(self, problem: types.ModuleType, model: Any, seeds: list[int], device: str) -> None:
+    def __init__(
+        self, problem: types.ModuleType, model: Any, seeds: list[int], device: str, keep: bool = True
+    ) -> None:
         self.problem, self.model, self.seeds, self.device = problem, model, list(seeds), device
         self.kept: dict[int, Any] = {}
         self.meta: dict[str, Any] = {}
-        self.keep = True
+        self.keep = keep
         if not self.seeds:
             return
         first = self._compute(0, with_meta=True)
-        self.keep = self.meta["output_bytes"] * len(self.seeds) <= free_bytes(device) // 2
+        self.keep = keep and self.meta["output_bytes"] * len(self.seeds) <= free_bytes(device) // 2
         self.kept[0] = first  # the first is asked for next in every use (comparison, degenerate check)
 
     def __len__(self) -> int:
