@@ -190,8 +190,8 @@ def prepare_candidate_run(job: dict[str, Any]) -> tuple[Any, ...]:
     problem = load_problem_module(job["problem_source"], job.get("small_sizes"))
     # Never handed to the candidate: each trial's inputs are copied into the same staging tensors, so these
     # stay pristine for the mutation check, and a result cache keyed on addresses replays a stale answer.
-    # Made now, before the candidate loads, when they fit in a quarter of the free memory; otherwise one
-    # trial at a time (same seeds, same checks), so a problem whose inputs fill the GPU can still be judged.
+    # The first set is made now, before the candidate loads. The others too on the CPU when they fit in a
+    # quarter of the free memory; on a GPU, and otherwise, one trial at a time (same seeds, same checks).
     with resource_limits(device, "generating the inputs"):
         first = make_inputs(problem, job["trial_seeds"][0], device)
         input_bytes = tensor_bytes(first)
