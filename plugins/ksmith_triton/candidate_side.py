@@ -261,9 +261,9 @@ class InputSets:
 class TimingInputs:
     """The timing loop's input sets (as many as fit in ``budget`` bytes beside one more, at least one).
 
-    Small ones are made up front on the CPU, before the candidate loads, like the trials'. On a GPU, and large
-    ones anywhere, are made when the timing starts, after the trials' inputs and staging are freed: while the reference process computes and
-    compares the trials beside this one, the candidate's process then holds no input set it is not using (on
+    Small ones are made up front on the CPU, before the candidate loads, like the trials'. On a GPU all of
+    them, and large ones anywhere, are made when the timing starts, after the trials' inputs and staging are
+    freed: while the reference process computes and compares the trials beside this one, the candidate's process then holds no input set it is not using (on
     an 8.6 GB problem that set was what ran the pair out of an 80 GB GPU). Either way they come from the same
     seeds, drawn by the driver before the candidate existed; sets made after the candidate loaded are trusted
     no more than the fresh inputs the timing loop makes: every timed call's outputs are checked against the
@@ -648,9 +648,8 @@ class TimedCallCheck:
         # Seconds per part of the checks, summed over the calls (the report's ``check_ms``).
         self.parts = dict.fromkeys(("rules", "samples", "full", "send"), 0.0)
         self._mark = 0.0
-        self._queued: tuple[int, str, list[Any], int, list[Any]] | None = (
-            None  # ``queue``'s, for ``__call__``
-        )
+        # What ``queue`` gathered for ``__call__``: (call, structure, outputs, sample seed, samples).
+        self._queued: tuple[int, str, list[Any], int, list[Any]] | None = None
         # Read once, before the first call: asking the driver for free memory inside the timed loop can wait
         # behind another process's new CUDA context.
         self.free_bytes: int | None = None

@@ -274,7 +274,11 @@ def time_gpu(
         record(end, stream)
         lap("launch")
         if before_wait is not None:
-            before_wait(calls, out)  # queued behind the call: outside the events, no extra wait
+            try:
+                before_wait(calls, out)  # queued behind the call: outside the events, no extra wait
+            except BaseException:
+                sync()  # a refused call's kernels end inside the loop: the driver lets the lock go on the error
+                raise
             lap("check")
         sync()
         lap("wait")
