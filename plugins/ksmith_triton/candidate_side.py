@@ -21,6 +21,7 @@ import json
 import os
 import resource
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -673,8 +674,6 @@ class TimedCallCheck:
         return fits
 
     def _lap(self, part: str) -> None:
-        import time
-
         now = time.perf_counter()
         self.parts[part] += now - self._mark
         self._mark = now
@@ -685,8 +684,6 @@ class TimedCallCheck:
         the stream behind the call's own kernels, copied to pinned host memory. No kernel of the call can see
         the positions: they reach the GPU after its kernels, in stream order. ``__call__`` reads the samples
         once the loop has waited for the GPU."""
-        import time
-
         import torch
 
         from ksmith_triton.guards import hooks_added
@@ -722,8 +719,6 @@ class TimedCallCheck:
     def __call__(
         self, index: int, input_set: int, out: Any, last: bool, gpu_ms: float, host_ms: float
     ) -> None:
-        import time
-
         import torch
 
         queued, self._queued = self._queued, None

@@ -403,7 +403,8 @@ def compare_with_reference(problem: types.ModuleType, device: str, command: dict
 
     tolerance_for = tolerances(command["tolerances"])
     clock = StepClock()
-    checked = _degenerate_known.get(json.dumps(command["tolerances"], sort_keys=True))
+    degenerate_key = json.dumps(command["tolerances"], sort_keys=True)
+    checked = _degenerate_known.get(degenerate_key)
     if command.get("degenerate_check") and checked is not None and not command["got"]:
         return {"degenerate": checked[0], "comparisons": [], "meta": checked[1], "steps": clock.rounded()}
     model = make_model(problem.Model, problem, command["init_seed"], device)
@@ -423,7 +424,7 @@ def compare_with_reference(problem: types.ModuleType, device: str, command: dict
     if command.get("degenerate_check"):
         if checked is None:
             degenerate = degenerate_reasons(expected, tolerance_for)
-            _degenerate_known[json.dumps(command["tolerances"], sort_keys=True)] = (degenerate, meta)
+            _degenerate_known[degenerate_key] = (degenerate, meta)
         else:
             degenerate = checked[0]
     clock.lap("degenerate check")
