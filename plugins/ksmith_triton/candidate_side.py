@@ -616,7 +616,8 @@ class CheckRefused(Exception):
 
 class TimedCallCheck:
     """Runs after every timed call, before the next one starts (no candidate code runs in between): on the GPU
-    in two halves, ``queue`` as soon as the call returned and ``__call__`` once the loop waited for the GPU.
+    in three parts, ``queue`` as soon as the call returned, ``keep`` once the loop waited for the GPU (before
+    the next call's inputs are staged) and ``__call__`` on the host while the GPU prepares the next call.
 
     Samples of every output at positions drawn only now (``urandom``, captured before the candidate loaded)
     go to the driver at once with the call's times, so they are out of this process before the candidate runs
@@ -651,6 +652,7 @@ class TimedCallCheck:
         self._mark = 0.0
         # What ``queue`` gathered for ``__call__``: (call, structure, outputs, sample seed, samples).
         self._queued: tuple[int, str, list[Any], int, list[Any]] | None = None
+        self._decided: tuple[int, int | None] | None = None  # (call, its inputs' seed) ``keep`` decided on
         # Read once, before the first call: asking the driver for free memory inside the timed loop can wait
         # behind another process's new CUDA context.
         self.free_bytes: int | None = None
@@ -716,22 +718,41 @@ class TimedCallCheck:
         self._queued = (index, structure, tensors, seed, values)
         self._lap("samples")
 
+    def keep(self, index: int, out: Any, last: bool) -> None:
+        """Whether the call is fully checked, drawn now, and if so its outputs' copy queued: on the GPU once
+        the loop waited for the call and before the next call's inputs are staged (an output may be a view of
+        them). The last call is always fully checked if none was: the report needs one (a copy too large for
+        the GPU then fails as an out-of-memory, not as a forged report)."""
+        import torch
+
+        if self._queued is None or self._queued[0] != index:  # not queued before the wait (the CPU's loop)
+            self.queue(index, out)
+        self._mark = time.perf_counter()
+        _, structure, tensors, _, _ = self._queued
+        drawn = self._draw() / 2**63 < self.full_rate
+        if (drawn and self._copy_fits(tensors)) or (last and not self.full):
+            self.full.append(index)
+            # A copy of its own: later calls may reuse the candidate's buffers (or return views of the inputs).
+            copies = [t.detach().clone(memory_format=torch.contiguous_format) for t in tensors]
+            self.kept.append((index, structure, copies))
+        # The next call's fresh inputs (and their seed) are made before ``__call__`` reports this one.
+        self._decided = (index, self.input_seed)
+        self._lap("full")
+
     def __call__(
         self, index: int, input_set: int, out: Any, last: bool, gpu_ms: float, host_ms: float
     ) -> None:
-        import torch
-
+        if self._decided is None or self._decided[0] != index:  # ``keep`` not called by the loop (the CPU's)
+            self.keep(index, out, last)
+        input_seed = self._decided[1]
         queued, self._queued = self._queued, None
-        if queued is None or queued[0] != index:  # not queued before the wait (the CPU's loop)
-            self.queue(index, out)
-            queued, self._queued = self._queued, None
         self._mark = time.perf_counter()
         _, structure, tensors, seed, values = queued
         samples = [child_common.encode_values(v) for v in values]  # complete: the loop waited for the GPU
         message: dict[str, Any] = {
             "index": index,
             "set": input_set,
-            "input_seed": self.input_seed if input_set < 0 else None,
+            "input_seed": input_seed if input_set < 0 else None,
             "gpu_ms": gpu_ms,
             "host_ms": host_ms,
             "structure": structure,
@@ -741,17 +762,9 @@ class TimedCallCheck:
             "seed": seed,
             "samples": samples,
         }
-        self._lap("samples")
-        drawn = self._draw() / 2**63 < self.full_rate
-        # The last call is always fully checked if none was: the report needs one (a copy too large for the
-        # GPU then fails as an out-of-memory, not as a forged report).
-        if (drawn and self._copy_fits(tensors)) or (last and not self.full):
-            self.full.append(index)
-            # A copy of its own: later calls may reuse the candidate's buffers (or return views of the inputs).
-            copies = [t.detach().clone(memory_format=torch.contiguous_format) for t in tensors]
-            self.kept.append((index, structure, copies))
+        if self.full and self.full[-1] == index:
             message["full"] = True
-        self._lap("full")
+        self._lap("samples")
         self.channel.send("call", **message)
         self._lap("send")
 
@@ -951,6 +964,7 @@ def time_candidate(
             check,
             fresh_inputs,
             before_wait=check.queue,
+            after_wait=check.keep,
         )
 
 

@@ -16,6 +16,10 @@ CPU busy with other evaluations -- does not leak into the measurement. (Without 
 calling the very same cuBLAS or cuDNN kernel as eager measured 10-60 % slower, and by a different amount in
 every process: docs/evaluation.md, "Steady references".) Host time per call is recorded beside it. Work that
 depends on the call's inputs cannot hide in the spin: it is ordered after the start event on the stream.
+The next call's inputs and flush are queued as soon as the loop has waited for a call (and the
+``after_wait`` hook has queued its copies), before ``after_call`` checks it on the host, so the GPU copies
+and flushes while the host checks; the spin is queued right before the call, as it covers the launch only.
+The GPU's state at the start event is the same either way.
 
 Inputs are copied into the same staging tensors before every call: the data changes under a fixed address,
 so a result cache keyed on pointers or shapes replays a stale answer, which the output checks then catch. A
@@ -50,6 +54,11 @@ AfterCall = Callable[[int, int, Any, bool, float, float], None]
 # (timed call index, outputs): on the GPU, called as soon as the call is launched, before the loop waits for
 # the GPU, to queue work on the outputs behind the call's kernels (the after-call check's gather of samples).
 BeforeWait = Callable[[int, Any], None]
+# (timed call index, outputs, is it the last?): on the GPU, called once the loop waited for the call and
+# before the next call's inputs and flush are queued, to queue first what the next call must not change
+# (the after-call check's full copies of the outputs, which may be views of the inputs). ``after_call`` runs
+# after them, while the GPU prepares the next call.
+AfterWait = Callable[[int, Any, bool], None]
 FreshInputs = Callable[[int], list[Any]]  # a seed -> inputs no call has had before
 FRESH_SHARE = 1 / 3  # timed calls on fresh inputs, when the caller can make them
 
@@ -214,6 +223,7 @@ def time_gpu(
     budget_ms: float = TIMED_BUDGET_MS,
     least: int = MIN_TIMED_CALLS,
     before_wait: BeforeWait | None = None,
+    after_wait: AfterWait | None = None,
 ) -> TimedCalls:
     record, elapsed, sync = timers["record"], timers["elapsed"], timers["synchronize"]
     stream, perf, event = timers["stream"], timers["perf_counter"], timers["event_class"]
@@ -260,18 +270,26 @@ def time_gpu(
     result = TimedCalls(samples_ms=[], warmup=done, prequeue_ms=round(spin_ms, 4))
     start, end = event(enable_timing=True), event(enable_timing=True)
     calls = 0
-    while True:
+
+    def queue_next() -> tuple[int, int | None, list[Any]]:
+        """The next call's inputs staged and the L2 flushed, queued on the stream."""
         chosen, seed, fresh = _inputs_for(schedule, input_sets, fresh_inputs)
         inputs = staging.load(fresh)
         del fresh
-        lap("inputs")
         flush.zero_()
+        lap("inputs")
+        return chosen, seed, inputs
+
+    upcoming = queue_next()
+    while True:
+        chosen, seed, inputs = upcoming
         spin(cycles)  # the GPU stays busy while the host launches: events see only the GPU's time
         record(start, stream)
         begin = perf()
         out = fn(*inputs)
         host = (perf() - begin) * 1e3
         record(end, stream)
+        del inputs
         lap("launch")
         if before_wait is not None:
             try:
@@ -294,13 +312,23 @@ def time_gpu(
         result.input_seeds.append(seed)
         calls += 1
         last = schedule.stop(calls, schedule.trials)
-        if after_call is not None:
-            after_call(calls - 1, chosen, out, last, result.samples_ms[-1], host)
+        try:
+            if after_wait is not None:
+                after_wait(calls - 1, out, last)  # before anything of the next call is queued
+                lap("check")
+            if not last:
+                # The next call's inputs are copied and the L2 flushed on the GPU while the host checks
+                # this one: the loop's wall time is not the sum of the two.
+                upcoming = queue_next()
+            if after_call is not None:
+                after_call(calls - 1, chosen, out, last, result.samples_ms[-1], host)
+        except BaseException:
+            sync()  # nothing queued for a call that will not come outlives the loop
+            raise
         del out
         lap("check")
         if last:
             break
-    del flush
     sync()
     result.loop_ms = {k: round(v * 1e3, 2) for k, v in parts.items()}
     return result
@@ -358,15 +386,25 @@ def time_calls(
     budget_ms: float = TIMED_BUDGET_MS,
     least: int = MIN_TIMED_CALLS,
     before_wait: BeforeWait | None = None,
+    after_wait: AfterWait | None = None,
 ) -> TimedCalls:
     """Time ``fn`` over ``input_sets`` with a schedule drawn as it goes (about ``trials`` timed calls, fewer
     on the GPU for calls so slow that they would take more than ``budget_ms``: see :meth:`Schedule.fitted`);
-    with ``fresh_inputs``, a third of the timed calls get inputs made for them alone. ``before_wait`` (GPU
-    only): see :data:`BeforeWait`."""
+    with ``fresh_inputs``, a third of the timed calls get inputs made for them alone. ``before_wait`` and
+    ``after_wait`` (GPU only): see :data:`BeforeWait` and :data:`AfterWait`."""
     schedule = Schedule(timers["urandom"], trials, warmup)
     if device == "cuda":
         return time_gpu(
-            fn, input_sets, timers, schedule, after_call, fresh_inputs, budget_ms, least, before_wait
+            fn,
+            input_sets,
+            timers,
+            schedule,
+            after_call,
+            fresh_inputs,
+            budget_ms,
+            least,
+            before_wait,
+            after_wait,
         )
     return time_cpu(fn, input_sets, timers, schedule, after_call, fresh_inputs)
 

@@ -124,3 +124,103 @@ def test_a_slow_first_call_alone_neither_cuts_the_warm_up_nor_the_timed_calls(mo
     schedule = timing.Schedule(os.urandom, trials=40, warmup=6)
     result = timing.time_gpu(kernel, [[torch.ones(8)]], timers, schedule)
     assert 3 <= result.warmup <= 9 and 32 <= len(result.samples_ms) <= 48
+
+
+def test_the_next_call_is_prepared_on_the_gpu_while_the_host_checks_the_last_one(monkeypatch):
+    """After the wait: ``after_wait`` (the full check's copies) first, then the next call's inputs and L2
+    flush are queued, then ``after_call`` checks on the host while the GPU copies and flushes; the spin comes
+    right before the call (it covers the launch only); after the last call nothing is queued."""
+    clock = {"host_s": 0.0}
+    order: list[str] = []
+    timers = {
+        "event_class": lambda enable_timing=True: None,
+        "record": lambda event, stream: None,
+        "elapsed": lambda start, end: 0.1,
+        "synchronize": lambda: None,
+        "stream": None,
+        "sleep": lambda cycles: order.append("spin"),
+        "perf_counter": lambda: clock["host_s"],
+    }
+
+    class Flush:
+        def zero_(self):
+            order.append("flush")
+
+    monkeypatch.setattr(timing, "l2_flush_buffer", Flush)
+    monkeypatch.setattr(timing, "spin_rate", lambda timers: 1.0)
+    slow_check = {"call": 5}
+
+    def kernel(x):
+        order.append("call")
+        clock["host_s"] += 0.01 / 1e3
+        return x
+
+    def after_wait(index, out, last):
+        order.append("after_wait")
+
+    def after_call(index, chosen, out, last, gpu_ms, host_ms):
+        order.append("after_call")
+        if index == slow_check["call"]:  # a check of 0.5 ms on a busy host
+            clock["host_s"] += 0.5 / 1e3
+
+    schedule = timing.Schedule(os.urandom, trials=20, warmup=4)
+    result = timing.time_gpu(kernel, [[torch.ones(8)]], timers, schedule, after_call, after_wait=after_wait)
+    timed = order[order.index("flush") :]  # the warm-up's calls have no flush
+    calls = len(result.samples_ms)
+    each = ["after_wait", "flush", "after_call", "spin", "call"]
+    assert timed == ["flush", "spin", "call"] + each * (calls - 1) + ["after_wait", "after_call"]
+    # The slow check ran before the next call's spin was queued: not the launch's time, nothing exposed.
+    assert result.exposed == 0
+    assert result.prequeue_ms < 0.5
+
+
+def test_each_call_s_report_names_its_own_fresh_inputs_though_the_next_ones_are_made_before_it(
+    monkeypatch, tmp_path
+):
+    """The harness's real after-call check in the GPU loop's order: a call's report must carry the seed of
+    the inputs it ran on, not of the next call's, made while the host checks it (else the driver compares it
+    with the outputs of other inputs and the kernel is wrongly judged incorrect)."""
+    from ksmith_triton.candidate_side import TimedCallCheck
+
+    class Channel:
+        def __init__(self):
+            self.sent = []
+
+        def send(self, kind, **fields):
+            self.sent.append((kind, fields))
+
+    timers = {
+        "event_class": lambda enable_timing=True: None,
+        "record": lambda event, stream: None,
+        "elapsed": lambda start, end: 0.1,
+        "synchronize": lambda: None,
+        "stream": None,
+        "sleep": lambda cycles: None,
+        "perf_counter": __import__("time").perf_counter,
+    }
+    monkeypatch.setattr(timing, "l2_flush_buffer", lambda: torch.zeros(16))
+    monkeypatch.setattr(timing, "spin_rate", lambda timers: 1.0)
+    channel = Channel()
+    check = TimedCallCheck(channel, os.urandom, tmp_path, share_cuda=False, trials=30)
+
+    def fresh_inputs(seed):
+        check.input_seed = seed
+        return [torch.full((8,), float(seed % 1000))]
+
+    schedule = timing.Schedule(os.urandom, trials=30, warmup=4)
+    result = timing.time_gpu(
+        lambda x: x * 2,
+        [[torch.ones(8)]],
+        timers,
+        schedule,
+        check,
+        fresh_inputs,
+        before_wait=check.queue,
+        after_wait=check.keep,
+    )
+    reports = [fields for kind, fields in channel.sent if kind == "call"]
+    assert len(reports) == len(result.samples_ms)
+    fresh = [(r["input_seed"], result.input_seeds[r["index"]]) for r in reports if r["set"] < 0]
+    assert fresh, "a third of the calls get fresh inputs"
+    assert all(reported == made for reported, made in fresh)
+    assert sum(1 for r in reports if r.get("full")) == len(check.full) >= 1
