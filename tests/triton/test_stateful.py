@@ -269,7 +269,11 @@ def _gpu(cache_dir: str):
     "problem_name, case, status, code",
     [
         ("softmax", "stateful_softmax_quarter_rows", "incorrect", "TIMED_OUTPUT_MISMATCH"),
-        ("matmul", "stateful_matmul_result_cache", "rejected", "TIMING_RESULT_CACHE"),
+        # Its four entries are overwritten in turn by every call, fresh inputs included: a prepared set is
+        # replayed on about 63 % of its calls, and in about a third of runs (simulating the schedule) one of
+        # the three sets is replayed on at most half of them. That set's median is then not a replay, and
+        # its fast calls show as a second mode on its own data instead: rejected either way.
+        ("matmul", "stateful_matmul_result_cache", "rejected", ("TIMING_RESULT_CACHE", "TIMING_BIMODAL")),
         ("softmax", None, "ok", None),
         ("matmul", None, "ok", None),
     ],
@@ -279,7 +283,8 @@ def test_gpu_stateful_cheats_and_their_honest_seeds(reference_cache, problem_nam
     verdict = evaluate(_suite(problem_name), cand, _gpu(reference_cache))
     assert verdict.status.value == status, (verdict.reasons, verdict.error[-500:])
     if code:
-        assert any(r.startswith(code + ":") for r in verdict.reasons), verdict.reasons
+        codes = code if isinstance(code, tuple) else (code,)
+        assert any(r.startswith(tuple(c + ":" for c in codes)) for r in verdict.reasons), verdict.reasons
     else:
         assert not any(r.startswith(("TIMING_", "UNSTEADY_")) for r in verdict.reasons), verdict.reasons
 
