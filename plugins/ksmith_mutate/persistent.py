@@ -29,8 +29,15 @@ becomes::
 and every launch's grid passes through ``_persistent_grid(grid, per_sm)``, which keeps its other axes and caps
 axis 0 at ``per_sm`` programs per SM of the device the tensors are on. A batch axis keeps its size, so a batched
 GEMM still runs a grid of SMs x batches. (Spreading the SMs' programs over the batches instead, 8 a batch for 16
-batches, made the suite's bmm 18 % slower: the batches running at once no longer share L2. A loop over batch
-and tiles in batch order is not written; docs/benchmarks.md §5c.)
+batches, made the suite's bmm 18 % slower: the batches running at once no longer share L2; docs/benchmarks.md
+§5c.)
+
+A batched GEMM (``batch = tl.program_id(1)``, read only by the tile's code) is also offered in **batch order**:
+one grid axis of at most ``per_sm`` programs per SM, each looping over every batch's tiles, ``work = program_id,
+program_id + programs, ...`` with ``batch = work // tiles`` and ``pid = work % tiles``. The programs running at
+once then work on the same one or two batches, as the non-persistent grid's did (it runs axis 0 first), and the
+launch runs SMs x ``per_sm`` programs in all, not SMs x batches. The batch count reaches the kernel as a new
+argument, the launch grid's second axis (``_persistent_batch_grid``).
 ``per_sm`` is how many programs of the launch's tile fit on an SM at once (:func:`programs_per_sm`): without
 the edit the hardware runs that many side by side, one's epilogue under another's main loop, and at one per SM
 the suite's matmul at 128 x 128 x 64, three stages, lost 7-21 % (docs/benchmarks.md §5c). Steps move it x2 / /2.
@@ -90,6 +97,18 @@ def {GRID_HELPER}(grid, per_sm):
     def persistent(meta):
         dims = tuple(grid(meta) if callable(grid) else grid)
         return (min(dims[0], per_sm * _persistent_programs(meta)),) + dims[1:]
+
+    return persistent
+"""
+BATCH_GRID_HELPER = "_persistent_batch_grid"
+BATCH_GRID_HELPER_SOURCE = f"""
+
+def {BATCH_GRID_HELPER}(grid, per_sm):
+    # The launch grid's first two axes (tiles, batches) as one axis of at most ``per_sm`` programs per SM
+    # (ksmith's persistent edit in batch order): each program loops over every batch's tiles, batch by batch.
+    def persistent(meta):
+        dims = tuple(grid(meta) if callable(grid) else grid)
+        return (min(dims[0] * dims[1], per_sm * _persistent_programs(meta)), 1) + dims[2:]
 
     return persistent
 """
@@ -263,12 +282,65 @@ def _hoist_descriptors(
     return hoisted, kept
 
 
-def _rewrite_kernel(kernel: KernelDef) -> tuple[cst.FunctionDef, str] | None:
+def _batch_line(kernel: KernelDef) -> tuple[int, str, cst.BaseExpression | None] | None:
+    """(index among the kernel's top-level statements, name, cast) of the one ``name = tl.program_id(1)`` (or
+    ``.to(DTYPE)`` of it), where nothing reads axis 1 otherwise and there is no axis 2."""
+    calls = [n for n in walk(kernel.node.body) if is_tl_call(n, "program_id", "num_programs")]
+    if any(literal_axis(c) not in (0, 1) for c in calls):
+        return None
+    axis1 = [c for c in calls if literal_axis(c) == 1]
+    if len(axis1) != 1 or not is_tl_call(axis1[0], "program_id"):
+        return None
+    for i, line in enumerate(kernel.node.body.body):
+        if not (
+            isinstance(line, cst.SimpleStatementLine)
+            and len(line.body) == 1
+            and isinstance(line.body[0], cst.Assign)
+            and len(line.body[0].targets) == 1
+        ):
+            continue
+        value, cast = line.body[0].value, None
+        if (
+            isinstance(value, cst.Call)
+            and isinstance(value.func, cst.Attribute)
+            and value.func.attr.value == "to"
+            and value.func.value is axis1[0]
+            and len(value.args) == 1
+        ):
+            value, cast = axis1[0], value.args[0].value
+        if value is axis1[0]:
+            name = name_of(line.body[0].targets[0].target)
+            return (i, name, cast) if name is not None else None
+    return None
+
+
+def _cast_code(value: str, cast: cst.BaseExpression | None) -> str:
+    return value if cast is None else f"tl.cast({value}, {cst.Module([]).code_for_node(cast)})"
+
+
+def _rewrite_kernel(
+    kernel: KernelDef, batch_order: bool = False
+) -> tuple[cst.FunctionDef, str, str | None] | None:
+    """(the kernel looping over its tiles, the tile count, the new batch-count parameter in batch order)."""
     found = _pid_line(kernel)
     if found is None:
         return None
     at, pid, cast = found
     body = list(kernel.node.body.body)
+    batch = None
+    if batch_order:
+        batch = _batch_line(kernel)
+        if batch is None or any(p.default is not None for p in kernel.node.params.params):
+            return None  # no batch axis to fold in, or no place for a parameter after defaults
+        if (
+            kernel.node.params.star_arg not in (None, cst.MaybeSentinel.DEFAULT)
+            or kernel.node.params.kwonly_params
+        ):
+            return None
+        batch_at, batch_name, batch_cast = batch
+        if batch_at < at:
+            at -= 1
+        body.pop(batch_at)
     first = next((i for i in range(at + 1, len(body)) if pid in read_names(body[i])), None)
     if first is None:
         return None
@@ -277,23 +349,38 @@ def _rewrite_kernel(kernel: KernelDef) -> tuple[cst.FunctionDef, str] | None:
     tiles = _tile_counts(before + prefix)
     if tiles is None:
         return None
+    if batch is not None and any(batch_name in read_names(s) for s in [*before, *prefix]):
+        return None  # the batch is read before the tile's code: it cannot move into the loop
     tile_block = cst.IndentedBlock(body=tile)
     if any(isinstance(n, (cst.Return, cst.Yield)) for n in walk(tile_block)):
         return None  # a return in the tile's code would end the program, not the tile (one before it is fine)
     lived = set(kernel.params) | _assigned_names(cst.IndentedBlock(body=[*before, *prefix]))
+    if batch is not None:
+        lived.add(batch_name)
     assigned_in_tile = _assigned_names(tile_block)
     if assigned_in_tile & lived:
         return None  # a name bound before the tile and again in it: the second tile would see the first's
-    hoisted, tile = _hoist_descriptors(tile, set(kernel.constexpr_params), assigned_in_tile)
+    per_tile = assigned_in_tile | ({batch_name, pid} if batch is not None else set())  # set in the loop
+    hoisted, tile = _hoist_descriptors(tile, set(kernel.constexpr_params), per_tile)
     pid_line = body[at]
     target = pid
-    if cast is not None:  # the loop counts in int32; the tile's code gets the id in the type it asked for
+    bound = tiles
+    batches = None
+    if batch is not None:  # one loop over (batch, tile), batch-major: programs side by side share a batch
+        target = fresh_name(kernel.node, "work")
+        batches = fresh_name(kernel.node, "num_batches")
+        bound = f"{tiles} * {batches}"
+        tile = [
+            cst.parse_statement(f"{batch_name} = {_cast_code(f'{target} // ({tiles})', batch_cast)}\n"),
+            cst.parse_statement(f"{pid} = {_cast_code(f'{target} % ({tiles})', cast)}\n"),
+            *tile,
+        ]
+    elif cast is not None:  # the loop counts in int32; the tile's code gets the id in the type it asked for
         target = fresh_name(kernel.node, "tile_id")
-        code = cst.Module([]).code_for_node(cast)
-        tile = [cst.parse_statement(f"{pid} = tl.cast({target}, {code})\n"), *tile]
+        tile = [cst.parse_statement(f"{pid} = {_cast_code(target, cast)}\n"), *tile]
     loop = cst.For(
         target=cst.Name(target),
-        iter=cst.parse_expression(f"tl.range(tl.program_id(0), {tiles}, tl.num_programs(0))"),
+        iter=cst.parse_expression(f"tl.range(tl.program_id(0), {bound}, tl.num_programs(0))"),
         body=cst.IndentedBlock(body=[tile[0].with_changes(leading_lines=[]), *tile[1:]]),
         leading_lines=body[first].leading_lines,
     )
@@ -303,7 +390,13 @@ def _rewrite_kernel(kernel: KernelDef) -> tuple[cst.FunctionDef, str] | None:
             leading_lines=[*pid_line.leading_lines, *prefix_lines[0].leading_lines]
         )
     statements = [*body[:at], *prefix_lines, *hoisted, loop]
-    return kernel.node.with_changes(body=kernel.node.body.with_changes(body=statements)), tiles
+    node = kernel.node.with_changes(body=kernel.node.body.with_changes(body=statements))
+    if batches is not None:
+        params = node.params
+        node = node.with_changes(
+            params=params.with_changes(params=[*params.params, cst.Param(cst.Name(batches))])
+        )
+    return node, tiles, batches
 
 
 def _body_constants(kernel: KernelDef) -> dict[str, int]:
@@ -319,12 +412,49 @@ def _body_constants(kernel: KernelDef) -> dict[str, int]:
     return found
 
 
-def _persistent_launch(site: LaunchSite, per_sm: int) -> cst.Call | None:
+def _persistent_launch(site: LaunchSite, per_sm: int, batches: str | None = None) -> cst.Call | None:
+    """The launch through the grid helper; in batch order (``batches``: the kernel's new parameter) also
+    passing the grid's second axis, which must not depend on the launch's meta-parameters."""
     grid = launch_grid(site.call)
-    if grid is None or (isinstance(grid, cst.Call) and dotted_name(grid.func) == GRID_HELPER):
+    helpers = (GRID_HELPER, BATCH_GRID_HELPER)
+    if grid is None or (isinstance(grid, cst.Call) and dotted_name(grid.func) in helpers):
         return None
-    wrapped = cst.Call(cst.Name(GRID_HELPER), [cst.Arg(grid), cst.Arg(cst.Integer(str(per_sm)))])
-    return with_launch_grid(site.call, wrapped)
+    args = list(site.call.args)
+    if batches is not None:
+        if len(site.grid_exprs) != 1:
+            return None
+        found = site.grid_exprs[0]
+        pair = found.body if isinstance(found, cst.Lambda) else found
+        if not isinstance(pair, cst.Tuple) or len(pair.elements) != 2:
+            return None
+        second = pair.elements[1]
+        if isinstance(second, cst.StarredElement):
+            return None
+        if isinstance(found, cst.Lambda):
+            meta = {p.name.value for p in found.params.params}
+            if meta & set(read_names(second.value)):
+                return None  # the batch count depends on the meta-parameters: not known at the launch
+        if any(a.keyword is not None and a.keyword.value == batches for a in args):
+            return None
+        args = _with_keyword(args, batches, second.value)
+    helper = BATCH_GRID_HELPER if batches is not None else GRID_HELPER
+    wrapped = cst.Call(cst.Name(helper), [cst.Arg(grid), cst.Arg(cst.Integer(str(per_sm)))])
+    return with_launch_grid(site.call.with_changes(args=args), wrapped)
+
+
+def _with_keyword(args: list[cst.Arg], name: str, value: cst.BaseExpression) -> list[cst.Arg]:
+    """``args`` and ``name=value`` after them, laid out as the last argument was (one per line stays so)."""
+    equal = cst.AssignEqual(
+        whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")
+    )
+    if not args:
+        return [cst.Arg(value, keyword=cst.Name(name), equal=equal)]
+    last = args[-1]
+    between = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+    if len(args) > 1 and isinstance(args[-2].comma, cst.Comma):
+        between = args[-2].comma
+    added = cst.Arg(value, keyword=cst.Name(name), equal=equal, comma=last.comma)
+    return [*args[:-1], last.with_changes(comma=between), added]
 
 
 def persistent_changes(
@@ -335,42 +465,56 @@ def persistent_changes(
     code = model.module.code
     if "import torch" not in code:
         return  # the grid helper asks torch for the SM count
-    needs_helper = GRID_HELPER not in code
     for kernel in model.kernels.values():
         if not kernel.uses_dot or kernel.autotuned:
             continue
         sites = [s for s in model.launches if s.kernel == kernel.name]
         if not sites:
             continue
-        rewritten = _rewrite_kernel(kernel)
-        if rewritten is None:
-            continue
-        new_kernel_node, tiles = rewritten
-        new_kernel: cst.CSTNode = new_kernel_node
-        if needs_helper:
-            helper = list(cst.parse_module(GRID_HELPER_SOURCE).body)
-            helper[0] = helper[0].with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
-            new_kernel = cst.FlattenSentinel([*helper, new_kernel])
         constants = _body_constants(kernel)  # Inductor's templates fix their tile in the kernel's body
         estimates = {
             programs_per_sm({**constants, **site.literal_ints()}, shared_memory_bytes, element_bytes)
             for site in sites
         }
         counts = tuple(estimates) if len(estimates) == 1 and None not in estimates else START_PER_SM
-        for per_sm in counts:
-            pairs: list[tuple[cst.CSTNode, cst.CSTNode]] = [(kernel.node, new_kernel)]
-            for site in sites:
-                launched = _persistent_launch(site, per_sm)
-                if launched is None:
-                    break
-                pairs.append((site.call, launched))
-            else:
-                yield (
-                    f"persistent {kernel.name}: at most {per_sm} program{'s' if per_sm > 1 else ''} per SM on "
-                    f"grid axis 0, each looping over the output tiles ({tiles}) by the programs launched",
-                    pairs,
-                    {"direction": "up", "per_sm": per_sm},
-                )
+        for batch_order in (False, True):
+            rewritten = _rewrite_kernel(kernel, batch_order)
+            if rewritten is None:
+                continue
+            new_kernel_node, tiles, batches = rewritten
+            new_kernel = _with_helpers(new_kernel_node, code, batch_order)
+            for per_sm in counts:
+                pairs: list[tuple[cst.CSTNode, cst.CSTNode]] = [(kernel.node, new_kernel)]
+                for site in sites:
+                    launched = _persistent_launch(site, per_sm, batches)
+                    if launched is None:
+                        break
+                    pairs.append((site.call, launched))
+                else:
+                    programs = f"at most {per_sm} program{'s' if per_sm > 1 else ''} per SM"
+                    how = (
+                        f"one grid axis of {programs}, each looping over every batch's output tiles "
+                        f"({tiles} a batch) in batch order"
+                        if batch_order
+                        else f"{programs} on grid axis 0, each looping over the output tiles ({tiles})"
+                    )
+                    yield (
+                        f"persistent {kernel.name}: {how} by the programs launched",
+                        pairs,
+                        {"direction": "up", "per_sm": per_sm, "batch_order": batch_order},
+                    )
+
+
+def _with_helpers(kernel: cst.FunctionDef, code: str, batch_order: bool) -> cst.CSTNode:
+    """The kernel, preceded by the grid helpers the module does not have yet."""
+    sources = [GRID_HELPER_SOURCE] if GRID_HELPER not in code else []
+    if batch_order and BATCH_GRID_HELPER not in code:
+        sources.append(BATCH_GRID_HELPER_SOURCE)
+    if not sources:
+        return kernel
+    helper = [statement for source in sources for statement in cst.parse_module(source).body]
+    helper[0] = helper[0].with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
+    return cst.FlattenSentinel([*helper, kernel])
 
 
 def persistent_steps(model: SourceModel) -> Iterator[tuple[str, list[tuple[cst.CSTNode, cst.CSTNode]], dict]]:
@@ -379,7 +523,7 @@ def persistent_steps(model: SourceModel) -> Iterator[tuple[str, list[tuple[cst.C
         grid = launch_grid(site.call)
         if not (
             isinstance(grid, cst.Call)
-            and dotted_name(grid.func) == GRID_HELPER
+            and dotted_name(grid.func) in (GRID_HELPER, BATCH_GRID_HELPER)
             and len(grid.args) == 2
             and isinstance(grid.args[1].value, cst.Integer)
         ):

@@ -22,14 +22,16 @@ SUITE_MATMUL = Path(__file__).resolve().parents[2] / "plugins" / "ksmith_problem
 LOOP = re.compile(r"for pid in tl\.range\(tl\.program_id\(0\), (\w+) \* (\w+), tl\.num_programs\(0\)\):")
 
 
-def _persistent(source: str):
-    """The rewrites (one and two programs per SM), not the steps of an existing one's programs per SM."""
+def _persistent(source: str, batch_order: bool = False):
+    """The rewrites (one and two programs per SM), not the steps of an existing one's programs per SM; in
+    batch order or not."""
     return [
         e
         for e in possible_edits(source)
         if e.kind == "persistent"
         and not e.description.startswith("persistent programs per SM")
         and "TMA tensor descriptors" not in e.description  # the TMA rewrite made persistent in one edit
+        and bool(e.detail.get("batch_order")) == batch_order
     ]
 
 
@@ -74,7 +76,7 @@ def test_persistent_keeps_the_matmul_correct(directory, name, tmp_path):
     source = edit.source
     assert LOOP.search(source), source
     assert "_persistent_grid(" in source and source.count("tl.program_id(0)") == 1
-    assert _persistent(source) == []  # not made persistent twice
+    assert _persistent(source) == [] == _persistent(source, batch_order=True)  # not made persistent twice
     tolerance = TOLERANCE[checker.output_dtype(seed)]
     error = checker.max_error(source)
     assert error < tolerance, f"{edit.description}: relative error {error:.3g}"
@@ -113,6 +115,86 @@ def test_the_tiles_outnumber_the_programs_on_the_interpreter(tmp_path):
     checker = KernelChecker("matmul", tmp_path, SUITE_MATMUL)
     assert checker.max_error(edit.source) < 1e-2
     assert not checker.max_error(broken) < 1e-2  # NaN, or a wrong value, where a tile was skipped
+
+
+BATCH_LOOP = re.compile(
+    r"for work in tl\.range\(tl\.program_id\(0\), (\w+) \* (\w+) \* num_batches, tl\.num_programs\(0\)\):"
+)
+
+
+def test_a_batched_matmul_also_runs_persistent_in_batch_order(tmp_path):
+    """bmm's batch axis folded into the tile loop: one grid axis, ``batch = work // tiles`` and ``pid = work %
+    tiles``, the batch count passed from the launch grid's second axis; correct on the interpreter, where two
+    programs loop over every batch's tiles, and at one program per SM after a step."""
+    checker = KernelChecker("bmm", tmp_path, SUITE_MATMUL)
+    seed = _small_tile((SUITE_MATMUL / "bmm.seed.py").read_text(encoding="utf-8"))
+    (edit,) = _persistent(seed, batch_order=True)
+    source = edit.source
+    assert BATCH_LOOP.search(source), source
+    assert "batch = tl.cast(work // (num_pid_m * num_pid_n), tl.int64)" in source
+    assert "pid = work % (num_pid_m * num_pid_n)" in source
+    assert "tl.program_id(1)" not in source and "_persistent_batch_grid(grid, 4)" in source
+    assert "num_batches=batch," in source
+    assert _persistent(source) == [] == _persistent(source, batch_order=True)
+    error = checker.max_error(source)
+    assert error < 1e-2, f"{edit.description}: relative error {error:.3g}"
+    (half,) = _steps(source)
+    one = next(e for e in _steps(half.source) if e.detail["per_sm"] == 1)
+    assert "_persistent_batch_grid(grid, 1)" in one.source
+    assert checker.max_error(one.source) < 1e-2
+    # Two "SMs" on the CPU: the tiles and batches become one axis of per_sm x 2 programs at most.
+    path = tmp_path / "batch_order_bmm.py"
+    path.write_text(source, encoding="utf-8")
+    module = import_file(path, "_batch_order_bmm")
+    assert module._persistent_batch_grid(lambda meta: (12, 3), 2)({"a_ptr": 0}) == (4, 1)
+    assert module._persistent_batch_grid((1, 2), 4)({}) == (2, 1)  # never more programs than the grid had
+    # A loop one batch short leaves a batch unwritten: the checker sees it.
+    broken = source.replace("* num_batches,", "* (num_batches - 1),")
+    assert not checker.max_error(broken) < 1e-2
+
+
+def test_a_batched_matmul_s_tma_rewrite_is_made_persistent_in_one_edit_and_then_offered_in_batch_order(
+    tmp_path,
+):
+    """The combined TMA + persistent edit renders for bmm (persistent on axis 0: two persistent forms exist for
+    a batched kernel, and the combined edit takes the axis-0 one); from that TMA kernel, batch order is one more
+    step, still correct."""
+    seed = _small_tile((SUITE_MATMUL / "bmm.seed.py").read_text(encoding="utf-8"))
+    combined = [
+        e
+        for e in possible_edits(seed, ("tma_loads", "persistent"))
+        if e.kind == "persistent" and "TMA tensor descriptors" in e.description
+    ]
+    assert combined
+    source = combined[0].source  # renders: exactly one persistent form taken
+    assert "_persistent_grid(" in source and "_persistent_batch_grid" not in source
+    tma = possible_edits(seed, ("tma_loads",))[0].source
+    (ordered,) = _persistent(tma, batch_order=True)
+    assert "_persistent_batch_grid(" in ordered.source
+    assert KernelChecker("bmm", tmp_path, SUITE_MATMUL).max_error(ordered.source) < 1e-2
+
+
+@pytest.mark.parametrize(
+    "old, new, why",
+    [
+        (
+            "batch = tl.program_id(1).to(tl.int64)\n    num_pid_m",
+            "batch = tl.program_id(1).to(tl.int64)\n    stride_ab = stride_ab + 0 * batch\n    num_pid_m",
+            "the batch read before the tile's code",
+        ),
+        (
+            '(triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]), batch)',
+            '(triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]), batch * meta["GROUP_M"] // 8)',
+            "a batch count that depends on the launch's meta-parameters",
+        ),
+    ],
+)
+def test_batch_order_leaves_alone_what_it_cannot_fold(old, new, why):
+    seed = (SUITE_MATMUL / "bmm.seed.py").read_text(encoding="utf-8")
+    assert old in seed
+    changed = seed.replace(old, new)
+    assert _persistent(changed), why  # made persistent on axis 0 still
+    assert _persistent(changed, batch_order=True) == [], why
 
 
 def test_persistent_tma_kernel_builds_its_descriptors_once(tmp_path):
@@ -265,3 +347,22 @@ def test_persistent_tma_at_full_size_on_the_gpu(tmp_path, name):
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     meta = {"a": torch.empty(1, device="cuda")}
     assert edited._persistent_grid(lambda m: (10_000, 16), 2)(meta) == (2 * sms, 16)
+
+
+@pytest.mark.gpu
+def test_bmm_in_batch_order_at_full_size_on_the_gpu(tmp_path):
+    """On a GPU, the suite's bmm at full size (16 batches) in batch order, from the seed and from its TMA
+    rewrite, at one and two programs per SM: every batch's tiles written right."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a GPU")
+    checker = KernelChecker("bmm", tmp_path, SUITE_MATMUL)
+    checker.problem = import_file(SUITE_MATMUL / "bmm.py", "_batch_order_full_bmm")  # no KSMITH_SMALL
+    seed = (SUITE_MATMUL / "bmm.seed.py").read_text(encoding="utf-8")
+    tma = possible_edits(seed, ("tma_loads",))[0].source
+    for parent in (seed, tma):
+        (edit,) = _persistent(parent, batch_order=True)
+        grid = re.search(r"_persistent_batch_grid\(grid, (\d)\)", edit.source)
+        assert grid is not None
+        for per_sm in (1, 2):
+            source = edit.source.replace(grid.group(0), f"_persistent_batch_grid(grid, {per_sm})")
+            assert checker.max_error(source) < 1e-2, (edit.description, per_sm)
