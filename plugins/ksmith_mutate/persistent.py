@@ -156,14 +156,19 @@ def _assigned_names(node: cst.CSTNode) -> set[str]:
 def _pid_line(kernel: KernelDef) -> tuple[int, str, cst.BaseExpression | None] | None:
     """(index among the kernel's top-level statements, name, cast) of the one ``name = tl.program_id(0)``, or
     ``name = tl.program_id(0).to(DTYPE)`` as Inductor's templates write it (``cast``: ``DTYPE``)."""
-    body = list(kernel.node.body.body)
     calls = [n for n in walk(kernel.node.body) if is_tl_call(n, "program_id", "num_programs")]
     axis0 = [c for c in calls if is_tl_call(c, "program_id") and literal_axis(c) == 0]
     if len(axis0) != 1 or any(is_tl_call(c, "num_programs") for c in calls):
         return None
     if any(literal_axis(c) is None for c in calls):
         return None
-    for i, line in enumerate(body):
+    return _assigned_id(kernel, axis0[0])
+
+
+def _assigned_id(kernel: KernelDef, call: cst.Call) -> tuple[int, str, cst.BaseExpression | None] | None:
+    """(index among the kernel's top-level statements, name, cast) of ``name = call`` or ``name =
+    call.to(DTYPE)`` (``cast``: ``DTYPE``), as kernels read their program ids."""
+    for i, line in enumerate(kernel.node.body.body):
         if not (
             isinstance(line, cst.SimpleStatementLine)
             and len(line.body) == 1
@@ -176,11 +181,11 @@ def _pid_line(kernel: KernelDef) -> tuple[int, str, cst.BaseExpression | None] |
             isinstance(value, cst.Call)
             and isinstance(value.func, cst.Attribute)
             and value.func.attr.value == "to"
-            and value.func.value is axis0[0]
+            and value.func.value is call
             and len(value.args) == 1
         ):
-            value, cast = axis0[0], value.args[0].value
-        if value is axis0[0]:
+            value, cast = call, value.args[0].value
+        if value is call:
             name = name_of(line.body[0].targets[0].target)
             return (i, name, cast) if name is not None else None
     return None
@@ -291,27 +296,7 @@ def _batch_line(kernel: KernelDef) -> tuple[int, str, cst.BaseExpression | None]
     axis1 = [c for c in calls if literal_axis(c) == 1]
     if len(axis1) != 1 or not is_tl_call(axis1[0], "program_id"):
         return None
-    for i, line in enumerate(kernel.node.body.body):
-        if not (
-            isinstance(line, cst.SimpleStatementLine)
-            and len(line.body) == 1
-            and isinstance(line.body[0], cst.Assign)
-            and len(line.body[0].targets) == 1
-        ):
-            continue
-        value, cast = line.body[0].value, None
-        if (
-            isinstance(value, cst.Call)
-            and isinstance(value.func, cst.Attribute)
-            and value.func.attr.value == "to"
-            and value.func.value is axis1[0]
-            and len(value.args) == 1
-        ):
-            value, cast = axis1[0], value.args[0].value
-        if value is axis1[0]:
-            name = name_of(line.body[0].targets[0].target)
-            return (i, name, cast) if name is not None else None
-    return None
+    return _assigned_id(kernel, axis1[0])
 
 
 def _cast_code(value: str, cast: cst.BaseExpression | None) -> str:

@@ -15,6 +15,20 @@ from ksmith_triton import timing
 from ksmith_triton.evaluator import host_delay_flag
 
 
+def stand_in_timers(perf_counter, sleep=lambda cycles: None) -> dict:
+    """CUDA timers for the GPU loop run on the CPU: events that record nothing and read 0.1 ms, a spin that
+    ``sleep`` records, the host clock ``perf_counter``."""
+    return {
+        "event_class": lambda enable_timing=True: None,
+        "record": lambda event, stream: None,
+        "elapsed": lambda start, end: 0.1,
+        "synchronize": lambda: None,
+        "stream": None,
+        "sleep": sleep,
+        "perf_counter": perf_counter,
+    }
+
+
 def run_loop(monkeypatch, launch_ms_of_timed_call, warmup_ms=0.01):
     clock = {"host_s": 0.0}
     spins: list[int] = []
@@ -104,15 +118,7 @@ def test_a_slow_first_call_alone_neither_cuts_the_warm_up_nor_the_timed_calls(mo
     """An autotuner benchmarking on the first warm-up call (2 s here) of a fast kernel: the calls after it
     decide, so the kernel keeps the asked number of timed calls and its warm-up is not cut."""
     clock = {"host_s": 0.0, "calls": 0}
-    timers = {
-        "event_class": lambda enable_timing=True: None,
-        "record": lambda event, stream: None,
-        "elapsed": lambda start, end: 0.1,
-        "synchronize": lambda: None,
-        "stream": None,
-        "sleep": lambda cycles: None,
-        "perf_counter": lambda: clock["host_s"],
-    }
+    timers = stand_in_timers(lambda: clock["host_s"])
     monkeypatch.setattr(timing, "l2_flush_buffer", lambda: torch.zeros(16))
     monkeypatch.setattr(timing, "spin_rate", lambda timers: 1.0)
 
@@ -132,15 +138,7 @@ def test_the_next_call_is_prepared_on_the_gpu_while_the_host_checks_the_last_one
     right before the call (it covers the launch only); after the last call nothing is queued."""
     clock = {"host_s": 0.0}
     order: list[str] = []
-    timers = {
-        "event_class": lambda enable_timing=True: None,
-        "record": lambda event, stream: None,
-        "elapsed": lambda start, end: 0.1,
-        "synchronize": lambda: None,
-        "stream": None,
-        "sleep": lambda cycles: order.append("spin"),
-        "perf_counter": lambda: clock["host_s"],
-    }
+    timers = stand_in_timers(lambda: clock["host_s"], sleep=lambda cycles: order.append("spin"))
 
     class Flush:
         def zero_(self):
@@ -189,15 +187,7 @@ def test_each_call_s_report_names_its_own_fresh_inputs_though_the_next_ones_are_
         def send(self, kind, **fields):
             self.sent.append((kind, fields))
 
-    timers = {
-        "event_class": lambda enable_timing=True: None,
-        "record": lambda event, stream: None,
-        "elapsed": lambda start, end: 0.1,
-        "synchronize": lambda: None,
-        "stream": None,
-        "sleep": lambda cycles: None,
-        "perf_counter": __import__("time").perf_counter,
-    }
+    timers = stand_in_timers(__import__("time").perf_counter)
     monkeypatch.setattr(timing, "l2_flush_buffer", lambda: torch.zeros(16))
     monkeypatch.setattr(timing, "spin_rate", lambda timers: 1.0)
     channel = Channel()
