@@ -68,6 +68,7 @@ from ksmith_mutate.source_model import (
     literal_axis,
     name_of,
     read_names,
+    two_axis_grid,
     walk,
     with_launch_grid,
 )
@@ -409,12 +410,10 @@ def _persistent_launch(site: LaunchSite, per_sm: int, batches: str | None = None
         if len(site.grid_exprs) != 1:
             return None
         found = site.grid_exprs[0]
-        pair = found.body if isinstance(found, cst.Lambda) else found
-        if not isinstance(pair, cst.Tuple) or len(pair.elements) != 2:
+        pair = two_axis_grid(found)
+        if pair is None:
             return None
         second = pair.elements[1]
-        if isinstance(second, cst.StarredElement):
-            return None
         if isinstance(found, cst.Lambda):
             meta = {p.name.value for p in found.params.params}
             if meta & set(read_names(second.value)):

@@ -57,6 +57,7 @@ from ksmith_mutate.source_model import (
     read_names,
     same_code,
     top_level_assignments,
+    two_axis_grid,
     walk,
 )
 
@@ -349,10 +350,8 @@ def _two_axis_grids(model: SourceModel, kernel: str) -> list[cst.BaseExpression]
         if len(site.grid_exprs) != 1 or id(site.grid_exprs[0]) in others:
             return None
         grid = site.grid_exprs[0]
-        pair = grid.body if isinstance(grid, cst.Lambda) else grid
-        if not isinstance(pair, cst.Tuple) or len(pair.elements) != 2:
-            return None
-        if any(isinstance(e, cst.StarredElement) for e in pair.elements):
+        pair = two_axis_grid(grid)
+        if pair is None:
             return None
         first = pair.elements[0].value
         if isinstance(first, cst.Integer) and int(first.evaluated_value) > MAX_GRID_YZ:

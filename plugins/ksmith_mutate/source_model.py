@@ -93,6 +93,17 @@ def keyword_value(call: cst.Call, name: str) -> cst.BaseExpression | None:
     return None
 
 
+def two_axis_grid(grid: cst.BaseExpression) -> cst.Tuple | None:
+    """The pair a launch grid is: ``grid`` itself, or the body of a ``lambda`` returning it; None for any other
+    grid (one of another length, a starred element)."""
+    pair = grid.body if isinstance(grid, cst.Lambda) else grid
+    if not isinstance(pair, cst.Tuple) or len(pair.elements) != 2:
+        return None
+    if any(isinstance(e, cst.StarredElement) for e in pair.elements):
+        return None
+    return pair
+
+
 def launch_grid(call: cst.Call) -> cst.BaseExpression | None:
     """The grid of a launch ``kernel[grid](...)``; None where the call is not written so."""
     func = call.func
