@@ -4,7 +4,8 @@
 For every problem named and every tile of ``--tiles`` (eight warps, at the stages named):
 ``<problem>.tma.<config>.py`` (the ``tma_loads`` edit at that tile) and
 ``<problem>.persistent<P>.<config>.py`` (the same, made persistent at P = 1 and 2 programs per SM, and at the
-number the edit picks for that tile). Prints one line per file, marking the edit's own choice.
+number the edit picks for that tile); for a batched GEMM also ``<problem>.batchorder<P>.<config>.py`` (the
+persistent form that loops over every batch's tiles in batch order). Prints one line per file, marking the edit's own choice.
 
     python benchmarks/persistent_variants.py --out variants matmul bmm matmul_bias_relu matmul_gelu
 """
@@ -62,22 +63,29 @@ def main() -> int:
             source = model.module.deep_replace(site.call, call).code
             tma = possible_edits(source, ("tma_loads",))[0]  # at the tile set above
             forms = {"tma": tma.source}
-            persistent = [
-                e
-                for e in possible_edits(tma.source, ("persistent",))
-                if not e.description.startswith("persistent programs per SM")  # not a step
-            ]
-            (edit,) = persistent
-            estimate = edit.detail["per_sm"]
-            for per_sm in sorted({1, 2, estimate}):
-                forms[f"persistent{per_sm}"] = edit.source.replace(
-                    f"_persistent_grid(grid, {estimate})", f"_persistent_grid(grid, {per_sm})"
+            chosen = set()
+            for edit in possible_edits(tma.source, ("persistent",)):
+                if edit.description.startswith("persistent programs per SM"):
+                    continue  # a step of an already persistent kernel
+                # A batched GEMM is offered twice: tiles on axis 0 with the batch axis kept ("persistent"),
+                # and batch and tiles on one axis in batch order ("batchorder").
+                batch_order = edit.detail.get("batch_order", False)
+                form, helper = (
+                    ("batchorder", "_persistent_batch_grid")
+                    if batch_order
+                    else ("persistent", "_persistent_grid")
                 )
+                estimate = edit.detail["per_sm"]
+                chosen.add(f"{form}{estimate}")
+                for per_sm in sorted({1, 2, estimate}):
+                    forms[f"{form}{per_sm}"] = edit.source.replace(
+                        f"{helper}(grid, {estimate})", f"{helper}(grid, {per_sm})"
+                    )
             label = f"{block_m}x{block_n}x{block_k}_8w_{stages}s"
             for form, text in forms.items():
                 path = out / f"{name}.{form}.{label}.py"
                 path.write_text(text, encoding="utf-8")
-                print(path, "(the edit's own programs per SM)" if form == f"persistent{estimate}" else "")
+                print(path, "(the edit's own programs per SM)" if form in chosen else "")
     return 0
 
 

@@ -68,6 +68,7 @@ from ksmith_mutate.source_model import (
     literal_axis,
     name_of,
     read_names,
+    tight_equal,
     two_axis_grid,
     walk,
     with_launch_grid,
@@ -288,6 +289,128 @@ def _hoist_descriptors(
     return hoisted, kept
 
 
+_DESCRIPTOR_ARGS = ("base", "shape", "strides", "block_shape")
+
+
+def _descriptor_args(call: cst.Call) -> dict[str, cst.BaseExpression] | None:
+    """``tl.make_tensor_descriptor``'s four arguments by name, positional or keyword; None for any other call."""
+    found: dict[str, cst.BaseExpression] = {}
+    for index, arg in enumerate(call.args):
+        if arg.star:
+            return None
+        name = arg.keyword.value if arg.keyword is not None else _DESCRIPTOR_ARGS[min(index, 3)]
+        found[name] = arg.value
+    return found if set(found) == set(_DESCRIPTOR_ARGS) else None
+
+
+def _batch_offset(
+    base: cst.BaseExpression, batch: str
+) -> tuple[cst.BaseExpression, cst.BaseExpression] | None:
+    """(pointer, stride) of ``pointer + batch * stride`` (or ``stride * batch``)."""
+    if not (isinstance(base, cst.BinaryOperation) and isinstance(base.operator, cst.Add)):
+        return None
+    term = base.right
+    if not (isinstance(term, cst.BinaryOperation) and isinstance(term.operator, cst.Multiply)):
+        return None
+    if name_of(term.left) == batch:
+        return base.left, term.right
+    if name_of(term.right) == batch:
+        return base.left, term.left
+    return None
+
+
+class _BatchDescriptors(cst.CSTTransformer):
+    """A 2-D descriptor of one batch's matrix (``base = pointer + batch * stride``) made a 3-D descriptor of every
+    batch (``[batches, rows, cols]``, a block of one batch), and each ``desc.load([i, j])`` a load of the batch's
+    block with the batch axis dropped. The descriptor then reads nothing the tile sets and is hoisted: built once
+    per program rather than once per tile (the suite's bmm at 128 x 256 x 64 went from 0.803 to 0.858 of cuBLAS
+    in ``benchmarks/bmm_headroom.py``, docs/benchmarks.md §5c). Only a descriptor whose every assignment has that
+    form and whose every other use is such a load."""
+
+    def __init__(self, statements: list[cst.BaseStatement], batch: str, batches: str, per_tile: set[str]):
+        self.batch, self.batches, self.per_tile = batch, batches, per_tile
+        block = cst.IndentedBlock(body=statements)
+        ok: dict[str, bool] = {}
+        allowed: set[int] = set()  # the Name nodes a conversion rewrites: assignment targets and loads
+        for node in walk(block):
+            if isinstance(node, cst.Assign) and is_tl_call(node.value, "make_tensor_descriptor"):
+                target = node.targets[0].target if len(node.targets) == 1 else None
+                if isinstance(target, cst.Name):
+                    ok[target.value] = ok.get(target.value, True) and self._split(node.value) is not None
+                    allowed.add(id(target))
+            elif self._load_of(node) is not None:
+                allowed.add(id(node.func.value))
+        for node in walk(block):  # a descriptor assigned otherwise, or read by anything but a load, stays 2-D
+            if isinstance(node, cst.Name) and node.value in ok and id(node) not in allowed:
+                ok[node.value] = False
+        self.names = {name for name, convertible in ok.items() if convertible}
+
+    def _split(
+        self, call: cst.Call
+    ) -> tuple[dict[str, cst.BaseExpression], cst.BaseExpression, cst.BaseExpression] | None:
+        """(the descriptor's arguments, the batch's pointer, its stride) where the base reads the batch so."""
+        args = _descriptor_args(call)
+        if args is None:
+            return None
+        found = _batch_offset(args["base"], self.batch)
+        lists = [args[k] for k in ("shape", "strides", "block_shape")]
+        if found is None or not all(isinstance(v, cst.List) and len(v.elements) == 2 for v in lists):
+            return None
+        if any(set(read_names(v)) & self.per_tile for v in (*found, *lists)):
+            return None  # the pointer, stride or shapes read something the tile sets: not hoistable
+        return args, *found
+
+    @staticmethod
+    def _load_of(node: cst.CSTNode) -> str | None:
+        """The descriptor's name where ``node`` is ``desc.load([i, j])``."""
+        if (
+            isinstance(node, cst.Call)
+            and isinstance(node.func, cst.Attribute)
+            and node.func.attr.value == "load"
+            and isinstance(node.func.value, cst.Name)
+            and len(node.args) == 1
+            and node.args[0].keyword is None
+            and isinstance(node.args[0].value, cst.List)
+            and len(node.args[0].value.elements) == 2
+        ):
+            return node.func.value.value
+        return None
+
+    def leave_Assign(self, original: cst.Assign, updated: cst.Assign) -> cst.Assign:
+        if not (
+            is_tl_call(updated.value, "make_tensor_descriptor")
+            and len(updated.targets) == 1
+            and name_of(updated.targets[0].target) in self.names
+        ):
+            return updated
+        args, pointer, stride = self._split(updated.value)
+
+        def widened(key: str, first: cst.BaseExpression) -> cst.Arg:
+            elements = [cst.Element(first), *args[key].elements]
+            return cst.Arg(cst.List(elements), keyword=cst.Name(key), equal=tight_equal())
+
+        return updated.with_changes(
+            value=updated.value.with_changes(
+                args=[
+                    cst.Arg(pointer),
+                    widened("shape", cst.Name(self.batches)),
+                    widened("strides", stride),
+                    widened("block_shape", cst.Integer("1")),
+                ]
+            )
+        )
+
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        name = self._load_of(updated)
+        if name not in self.names:
+            return updated
+        offsets = cst.Module([]).code_for_node(updated.args[0].value)[1:-1]
+        # Descriptor offsets are 32-bit; the block's leading batch axis of one is dropped.
+        return cst.parse_expression(
+            f"{name}.load([{self.batch}.to(tl.int32), {offsets}]).reshape({name}.block_shape[1:])"
+        )
+
+
 def _batch_line(kernel: KernelDef) -> tuple[int, str, cst.BaseExpression | None] | None:
     """(index among the kernel's top-level statements, name, cast) of the one ``name = tl.program_id(1)`` (or
     ``.to(DTYPE)`` of it), where nothing reads axis 1 otherwise and there is no axis 2."""
@@ -347,14 +470,17 @@ def _rewrite_kernel(
     if assigned_in_tile & lived:
         return None  # a name bound before the tile and again in it: the second tile would see the first's
     per_tile = assigned_in_tile | ({batch_name, pid} if batch is not None else set())  # set in the loop
+    batches = None
+    if batch is not None:  # a descriptor of one batch becomes one of every batch, so that it can be hoisted
+        batches = fresh_name(kernel.node, "num_batches")
+        widen = _BatchDescriptors(tile, batch_name, batches, per_tile)
+        tile = [statement.visit(widen) for statement in tile]
     hoisted, tile = _hoist_descriptors(tile, set(kernel.constexpr_params), per_tile)
     pid_line = body[at]
     target = pid
     bound = tiles
-    batches = None
-    if batch is not None:  # one loop over (batch, tile), batch-major: programs side by side share a batch
+    if batches is not None:  # one loop over (batch, tile), batch-major: programs side by side share a batch
         target = fresh_name(kernel.node, "work")
-        batches = fresh_name(kernel.node, "num_batches")
         bound = f"{tiles} * {batches}"
         tile = [
             cst.parse_statement(f"{batch_name} = {_cast_code(f'{target} // ({tiles})', batch_cast)}\n"),
@@ -378,10 +504,18 @@ def _rewrite_kernel(
     statements = [*body[:at], *prefix_lines, *hoisted, loop]
     node = kernel.node.with_changes(body=kernel.node.body.with_changes(body=statements))
     if batches is not None:
-        params = node.params
-        node = node.with_changes(
-            params=params.with_changes(params=[*params.params, cst.Param(cst.Name(batches))])
-        )
+        params = list(node.params.params)
+        added = cst.Param(cst.Name(batches))
+        if params:  # laid out as the last parameter was (one per line stays so)
+            last = params[-1]
+            between = (
+                params[-2].comma if len(params) > 1 and isinstance(params[-2].comma, cst.Comma) else None
+            )
+            added = added.with_changes(comma=last.comma)
+            params[-1] = last.with_changes(
+                comma=between or cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+            )
+        node = node.with_changes(params=node.params.with_changes(params=[*params, added]))
     return node, tiles, batches
 
 
@@ -428,9 +562,7 @@ def _persistent_launch(site: LaunchSite, per_sm: int, batches: str | None = None
 
 def _with_keyword(args: list[cst.Arg], name: str, value: cst.BaseExpression) -> list[cst.Arg]:
     """``args`` and ``name=value`` after them, laid out as the last argument was (one per line stays so)."""
-    equal = cst.AssignEqual(
-        whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")
-    )
+    equal = tight_equal()
     if not args:
         return [cst.Arg(value, keyword=cst.Name(name), equal=equal)]
     last = args[-1]
@@ -496,8 +628,10 @@ def _with_helpers(kernel: cst.FunctionDef, code: str, batch_order: bool) -> cst.
         sources.append(BATCH_GRID_HELPER_SOURCE)
     if not sources:
         return kernel
-    helper = [statement for source in sources for statement in cst.parse_module(source).body]
-    helper[0] = helper[0].with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
+    helper = []
+    for source in sources:  # two blank lines before each helper
+        first, *rest = cst.parse_module(source).body
+        helper += [first.with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()]), *rest]
     return cst.FlattenSentinel([*helper, kernel])
 
 

@@ -153,12 +153,10 @@ def test_a_batched_matmul_also_runs_persistent_in_batch_order(tmp_path):
     assert not checker.max_error(broken) < 1e-2
 
 
-def test_a_batched_matmul_s_tma_rewrite_is_made_persistent_in_one_edit_and_then_offered_in_batch_order(
-    tmp_path,
-):
-    """The combined TMA + persistent edit renders for bmm (persistent on axis 0: two persistent forms exist for
-    a batched kernel, and the combined edit takes the axis-0 one); from that TMA kernel, batch order is one more
-    step, still correct."""
+def test_a_batched_matmul_s_tma_rewrite_is_made_persistent_in_batch_order_in_one_edit(tmp_path):
+    """The combined TMA + persistent edit renders for bmm in batch order (two persistent forms exist for a
+    batched kernel, and the combined edit takes the batch-order one, whose descriptors span every batch); from
+    the TMA kernel, the axis-0 form is one more step, still correct."""
     seed = _small_tile((SUITE_MATMUL / "bmm.seed.py").read_text(encoding="utf-8"))
     combined = [
         e
@@ -167,11 +165,80 @@ def test_a_batched_matmul_s_tma_rewrite_is_made_persistent_in_one_edit_and_then_
     ]
     assert combined
     source = combined[0].source  # renders: exactly one persistent form taken
-    assert "_persistent_grid(" in source and "_persistent_batch_grid" not in source
+    assert "_persistent_batch_grid(" in source and "shape=[num_batches, " in source
+    checker = KernelChecker("bmm", tmp_path, SUITE_MATMUL)
+    assert checker.max_error(source) < 1e-2
     tma = possible_edits(seed, ("tma_loads",))[0].source
+    (axis0,) = _persistent(tma)
+    assert "_persistent_grid(" in axis0.source and "_persistent_batch_grid" not in axis0.source
+    assert checker.max_error(axis0.source) < 1e-2
+
+
+def _bmm_tma_in_batch_order(tmp_path: Path, change=lambda tma: tma) -> tuple[str, KernelChecker]:
+    seed = _small_tile((SUITE_MATMUL / "bmm.seed.py").read_text(encoding="utf-8"))
+    tma = change(possible_edits(seed, ("tma_loads",))[0].source)
     (ordered,) = _persistent(tma, batch_order=True)
-    assert "_persistent_batch_grid(" in ordered.source
-    assert KernelChecker("bmm", tmp_path, SUITE_MATMUL).max_error(ordered.source) < 1e-2
+    return ordered.source, KernelChecker("bmm", tmp_path, SUITE_MATMUL)
+
+
+def _run_bmm(source: str, tmp_path: Path, a: torch.Tensor, b: torch.Tensor) -> float:
+    path = tmp_path / "bmm_layouts.py"
+    path.write_text(source, encoding="utf-8")
+    module = import_file(path, f"_bmm_layouts_{abs(hash(source))}")
+    out = module.ModelNew()(a, b).float()
+    expected = torch.bmm(a.float(), b.float())
+    return ((out - expected).abs().max() / expected.abs().max()).item()
+
+
+def test_batch_order_builds_one_3d_descriptor_per_operand_before_the_loop(tmp_path):
+    """In batch order, a TMA descriptor of one batch's matrix (its base ``ptr + batch * stride``) becomes one
+    descriptor of every batch, ``[num_batches, rows, cols]`` with a block of one batch, built before the loop;
+    each load names the batch and drops its axis. Right on the interpreter with B row-major and transposed (the
+    kernel's other descriptor branch)."""
+    source, checker = _bmm_tma_in_batch_order(tmp_path)
+    loop = BATCH_LOOP.search(source)
+    assert loop is not None
+    descriptors = list(re.finditer(r"tl\.make_tensor_descriptor\((\w+), shape=\[num_batches, ", source))
+    assert len(descriptors) == 4 and all(
+        m.start() < loop.start() for m in descriptors
+    )  # 2 operands x 2 layouts
+    assert "block_shape=[1, BLOCK_M, BLOCK_K]" in source
+    assert source.count("[batch.to(tl.int32), ") == 4 and source.count(".block_shape[1:])") == 4
+    assert checker.max_error(source) < 1e-2
+    torch.manual_seed(0)
+    batch, m, n, k = 3, 70, 40, 48  # B transposed: strides (N * K, 1, K), still TMA-aligned
+    a = torch.randn(batch, m, k, dtype=torch.float16)
+    b = torch.randn(batch, n, k, dtype=torch.float16).transpose(1, 2)
+    assert b.stride(1) == 1
+    assert _run_bmm(source, tmp_path, a, b) < 1e-2
+    # A load that forgets the batch reads batch 0's blocks for every batch: the check sees it.
+    broken = source.replace("b_desc.load([batch.to(tl.int32), ", "b_desc.load([0, ")
+    assert not checker.max_error(broken) < 1e-2
+
+
+def test_batch_order_keeps_a_descriptor_it_cannot_widen_in_the_loop(tmp_path):
+    """A descriptor assigned in a form the rewrite does not read (here B's base with a trailing ``+ 0``) stays a
+    2-D descriptor built in the loop; the other operand's is still widened (its base written ``stride *
+    batch``), and the kernel stays right."""
+
+    def change(tma: str) -> str:
+        old_a = "tl.make_tensor_descriptor(a_ptr + batch * stride_ab, shape=[M, K]"
+        old_b = "tl.make_tensor_descriptor(b_ptr + batch * stride_bb, shape=[K, N]"
+        assert old_a in tma and old_b in tma
+        tma = tma.replace(old_a, "tl.make_tensor_descriptor(a_ptr + stride_ab * batch, shape=[M, K]")
+        return tma.replace(old_b, "tl.make_tensor_descriptor(b_ptr + batch * stride_bb + 0, shape=[K, N]")
+
+    source, checker = _bmm_tma_in_batch_order(tmp_path, change)
+    loop = BATCH_LOOP.search(source)
+    assert loop is not None
+    a_descriptors = [m.start() for m in re.finditer(r"a_desc = tl\.make_tensor_descriptor\(a_ptr, ", source)]
+    b_descriptors = [
+        m.start() for m in re.finditer(r"b_desc = tl\.make_tensor_descriptor\(b_ptr \+ ", source)
+    ]
+    assert len(a_descriptors) == 2 and all(at < loop.start() for at in a_descriptors)
+    assert len(b_descriptors) == 2 and all(at > loop.start() for at in b_descriptors)
+    assert "b_desc.load([k, pid_n * BLOCK_N])" in source
+    assert checker.max_error(source) < 1e-2
 
 
 @pytest.mark.parametrize(
