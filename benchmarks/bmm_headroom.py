@@ -19,7 +19,7 @@ import argparse
 import json
 import sys
 
-KERNELS = '''
+KERNELS = """
 import triton
 import triton.language as tl
 
@@ -75,7 +75,7 @@ def bmm_kernel(a_ptr, b_ptr, c_ptr, M, N, K, BATCH, BLOCK_M: tl.constexpr, BLOCK
         offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
         c_ptrs = c_ptr + batch.to(tl.int64) * M * N + offs_m[:, None] * N + offs_n[None, :]
         tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
-'''
+"""
 
 
 def main() -> int:
@@ -119,24 +119,26 @@ def main() -> int:
         print(label, results[label], flush=True)
 
     measure("cublas", lambda: torch.bmm(A, B))
-    for bm, bn, bk, warps, stages in ((128, 256, 64, 8, 3), (128, 256, 64, 8, 4), (128, 128, 64, 8, 3)):
+
+    def launch(config, grid, persistent, desc_3d):
+        bm, bn, bk, warps, stages = config
+        C = torch.empty(batch, M, N, device="cuda", dtype=torch.float16)
+        kernels.bmm_kernel[grid](
+            A, B, C, M, N, K, batch, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8,
+            PERSISTENT=persistent, DESC_3D=desc_3d, num_warps=warps, num_stages=stages,
+        )  # fmt: skip
+        return C
+
+    for config in ((128, 256, 64, 8, 3), (128, 256, 64, 8, 4), (128, 128, 64, 8, 3)):
+        bm, bn, bk, warps, stages = config
         cfg = f"{bm}x{bn}x{bk}_{warps}w_{stages}s"
-        tiles = triton.cdiv(M, bm) * triton.cdiv(N, bn)
-
-        def launch(grid, persistent, desc_3d):
-            C = torch.empty(batch, M, N, device="cuda", dtype=torch.float16)
-            kernels.bmm_kernel[grid](
-                A, B, C, M, N, K, batch, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8,
-                PERSISTENT=persistent, DESC_3D=desc_3d, num_warps=warps, num_stages=stages,
-            )
-            return C
-
-        measure(f"tile_per_program@{cfg}", lambda: launch((tiles, batch), False, False))
-        measure(f"tile_per_program_3d@{cfg}", lambda: launch((tiles, batch), False, True))
+        tiles = (batch, triton.cdiv(M, bm) * triton.cdiv(N, bn))
+        measure(f"tile_per_program@{cfg}", lambda c=config, t=tiles: launch(c, t[::-1], False, False))
+        measure(f"tile_per_program_3d@{cfg}", lambda c=config, t=tiles: launch(c, t[::-1], False, True))
         for per_sm in (1, 2):
-            grid = (min(tiles * batch, per_sm * sms),)
-            measure(f"batch_order_2d[{per_sm}]@{cfg}", lambda g=grid: launch(g, True, False))
-            measure(f"batch_order_3d[{per_sm}]@{cfg}", lambda g=grid: launch(g, True, True))
+            grid = (min(tiles[0] * tiles[1], per_sm * sms),)
+            measure(f"batch_order_2d[{per_sm}]@{cfg}", lambda c=config, g=grid: launch(c, g, True, False))
+            measure(f"batch_order_3d[{per_sm}]@{cfg}", lambda c=config, g=grid: launch(c, g, True, True))
 
     env = {
         "gpu": torch.cuda.get_device_name(0),
