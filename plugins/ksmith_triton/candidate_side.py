@@ -594,6 +594,7 @@ def run_trials_and_timing(
         warmup=timed.warmup,
         prequeue_ms=timed.prequeue_ms,
         exposed_calls=timed.exposed,
+        copies=timed.copies,
         loop_ms={"before": round(before_ms, 2), **timed.loop_ms, "after": round(after_ms, 2)},
         full_checks=check.full,
         full_checks_skipped=check.full_skipped,

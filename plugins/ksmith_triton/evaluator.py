@@ -68,7 +68,7 @@ from ksmith_triton.pool import POOL, discard
 from ksmith_triton.refcache import ReferenceCache
 from ksmith_triton.roofline import ceilings_within_peaks, place_on_roofline, platform_peaks, roofline_work
 from ksmith_triton.sandbox import Child, ChildExit, private_dir, remove_tree
-from ksmith_triton.timing import FRESH_SHARE, PREQUEUE_MAX_MS, TIMED_BUDGET_MS, Schedule
+from ksmith_triton.timing import FRESH_SHARE, PREQUEUE_MAX_MS, TIMED_BUDGET_MS, Schedule, placement_spread
 
 log = logging.getLogger(__name__)
 
@@ -269,8 +269,10 @@ def serial_inductor_env() -> dict[str, str]:
 REFERENCE_FIELDS = (
     "eager_ms",
     "eager_blocks",
+    "eager_copies",
     "compile_ms",
     "compile_blocks",
+    "compile_copies",
     "compile_error",
     "compile_autotune",
     "host_ms",
@@ -412,6 +414,37 @@ def unsteady_reasons(runtime: TimingStats, eager: TimingStats, compiled: TimingS
             f"UNSTEADY_TIMING: the candidate's first and second half of timed calls differ by {runtime.spread:.1%}"
         )
     return reasons
+
+
+def placement_reasons(candidate: float | None, eager: float | None, compiled: float | None) -> list[str]:
+    """Flags (the verdict stays ``ok``) for times that depend on where the inputs lie in memory by more than
+    ``UNSTEADY_SPREAD``: the medians of the calls on each staging copy (``timing.placement_spread``). Another
+    evaluation, its buffers elsewhere, may read that much differently, whatever else runs on the GPU."""
+    reasons = []
+    if candidate is not None and candidate > UNSTEADY_SPREAD:
+        reasons.append(
+            f"PLACEMENT_SENSITIVE_TIMING: the candidate's calls on its inputs' placements in memory differ by "
+            f"{candidate:.1%} in median; another evaluation, its buffers elsewhere, may read up to that much "
+            "differently"
+        )
+    for label, spread in (("the eager", eager), ("the torch.compile", compiled)):
+        if spread is not None and spread > UNSTEADY_SPREAD:
+            reasons.append(
+                f"PLACEMENT_SENSITIVE_REFERENCE: {label} reference's calls on its inputs' placements in memory "
+                f"differ by {spread:.1%} in median; the speedup against it is uncertain by as much"
+            )
+    return reasons
+
+
+def _call_placement(copies: Any, calls: list[dict[str, Any]], gpu_ms: list[float]) -> float | None:
+    """``placement_spread`` of the timed calls, from the worker's list of each call's staging copy (``None``
+    where that list does not fit the calls reported)."""
+    if not isinstance(copies, list) or len(copies) != len(calls):
+        return None
+    try:
+        return placement_spread(gpu_ms, [int(copies[int(c["index"])]) for c in calls])
+    except (IndexError, TypeError, ValueError):
+        return None
 
 
 def host_delay_flag(exposed: int, calls: int) -> list[str]:
@@ -1251,6 +1284,7 @@ class Evaluation:
             return failed
         gpu_ms = [float(c["gpu_ms"]) for c in calls]
         host_ms = sorted(float(c["host_ms"]) for c in calls)
+        placement = _call_placement(report.get("copies"), calls, gpu_ms)
         self.details["timing"] = {
             "calls": len(calls),
             "warmup": report.get("warmup"),
@@ -1261,6 +1295,7 @@ class Evaluation:
             "host_median_ms": host_ms[len(host_ms) // 2],
             "fully_checked_calls": [int(c["index"]) for c in full],
             "full_checks_skipped_for_memory": int(report.get("full_checks_skipped") or 0),
+            "placement_spread": None if placement is None else round(placement, 5),
         }
         if self.device == "cuda":
             contradictions = timing_contradictions(gpu_ms, [int(c["set"]) for c in calls])
@@ -1381,6 +1416,19 @@ class Evaluation:
         reasons: list[str] = list(self.flags)
         if self.device == "cuda":
             reasons += unsteady_reasons(runtime, eager, compiled)
+            placements = {
+                name: placement_spread(reference[f"{name}_ms"], reference[f"{name}_copies"])
+                if reference.get(f"{name}_ms") and reference.get(f"{name}_copies")
+                else None
+                for name in ("eager", "compile")
+            }
+            self.details["reference_placement_spread"] = {
+                k: None if v is None else round(v, 5) for k, v in placements.items()
+            }
+            timing = self.details.get("timing") or {}
+            reasons += placement_reasons(
+                timing.get("placement_spread"), placements["eager"], placements["compile"]
+            )
         if speedup is not None and speedup > SUSPICIOUS_SPEEDUP and not self.revalidation:
             # On the same GPU: this evaluation's memory reservation covers it (admission.py).
             again = type(self)(

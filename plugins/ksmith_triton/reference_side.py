@@ -743,7 +743,13 @@ def reference_timing(problem: types.ModuleType, device: str, command: dict[str, 
     eager, ...): the medians of the blocks show how steady each reference is (their spread)."""
     import torch
 
-    from ksmith_triton.timing import MIN_TIMED_CALLS, TIMED_BUDGET_MS, reference_timers, time_calls
+    from ksmith_triton.timing import (
+        MIN_TIMED_CALLS,
+        STAGING_COPIES,
+        TIMED_BUDGET_MS,
+        reference_timers,
+        time_calls,
+    )
 
     token = str(command["token"])
     if token not in _prepared_timing:
@@ -758,8 +764,10 @@ def reference_timing(problem: types.ModuleType, device: str, command: dict[str, 
     result: dict[str, Any] = {
         "eager_ms": [],
         "eager_blocks": [],
+        "eager_copies": [],
         "compile_ms": None,
         "compile_blocks": None,
+        "compile_copies": None,
         "compile_error": prepared["compile_error"],
         "compile_autotune": prepared["autotune"],
         "host_ms": {},
@@ -767,7 +775,7 @@ def reference_timing(problem: types.ModuleType, device: str, command: dict[str, 
     variants = [("eager", prepared["model"])]
     if prepared["compiled"] is not None:
         variants.append(("compile", prepared["compiled"]))
-        result["compile_ms"], result["compile_blocks"] = [], []
+        result["compile_ms"], result["compile_blocks"], result["compile_copies"] = [], [], []
     for _ in range(REFERENCE_BLOCKS):
         for name, fn in list(variants):
             try:
@@ -786,11 +794,14 @@ def reference_timing(problem: types.ModuleType, device: str, command: dict[str, 
                 if name != "compile":
                     raise
                 result["compile_error"] = format_error(exc)[-1500:]
-                result["compile_ms"] = result["compile_blocks"] = None
+                result["compile_ms"] = result["compile_blocks"] = result["compile_copies"] = None
                 variants = [v for v in variants if v[0] != "compile"]
                 continue
             result[f"{name}_ms"].extend(timed.samples_ms)
             result[f"{name}_blocks"].append(timed.samples_ms)
+            # Each block stages its inputs anew: a (block, copy) pair is one placement in memory.
+            block = len(result[f"{name}_blocks"]) - 1
+            result[f"{name}_copies"].extend(block * STAGING_COPIES + c for c in timed.copies)
             result["host_ms"].setdefault(name, []).extend(timed.host_ms)
     for name, values in list(result["host_ms"].items()):
         ordered = sorted(values)

@@ -25,7 +25,8 @@ Inputs are copied into the same staging tensors before every call: the data chan
 so a result cache keyed on pointers or shapes replays a stale answer, which the output checks then catch. A
 third of the candidate's timed calls get inputs no call had before (``fresh_inputs``): a cache keyed on the
 data itself returns correct outputs fast only for the repeated inputs, and the driver compares the times of
-the two kinds of call.
+the two kinds of call. The staging copies are three placements of the same inputs in memory; each call
+records which one it ran on, since some kernels' times depend on it (:func:`placement_spread`).
 Side-stream launches are refused by the guards, so events on the default stream see all the work. CPU:
 ``perf_counter`` around a call.
 """
@@ -120,6 +121,7 @@ class TimedCalls:
     host_ms: list[float] = field(default_factory=list)  # time the host spent in the call (launching)
     sets: list[int] = field(default_factory=list)  # the input set of each call (-1: fresh inputs)
     input_seeds: list[int | None] = field(default_factory=list)  # the seed of each call's fresh inputs
+    copies: list[int] = field(default_factory=list)  # the staging copy (placement) of each call's inputs
     warmup: int = 0
     prequeue_ms: float = 0.0  # the GPU spin before each call, the last used (it only grows: see time_gpu)
     # Calls whose launch took longer than the spin before them: the GPU may have idled inside the timed span
@@ -151,10 +153,12 @@ class Staging:
         copies = copies if size * copies <= STAGING_ROTATION_MAX_BYTES else 1
         self.sets = [[x.clone() if isinstance(x, torch.Tensor) else x for x in first] for _ in range(copies)]
         self.tensors = self.sets[0]
+        self.copy = 0
         self._next = 0
 
     def load(self, inputs: list[Any]) -> list[Any]:
-        self.tensors = self.sets[self._next % len(self.sets)]
+        self.copy = self._next % len(self.sets)  # which placement these inputs are staged at
+        self.tensors = self.sets[self.copy]
         self._next += 1
         staged = []
         for slot, value in zip(self.tensors, inputs):
@@ -211,6 +215,25 @@ def steady_ms(wall_ms: list[float]) -> float:
     compilation) left out when there are others."""
     steady = sorted(_after_first(wall_ms))
     return steady[len(steady) // 2] if steady else 0.0
+
+
+PLACEMENT_MIN_CALLS = 8  # calls a staging copy needs for its median to count in placement_spread
+
+
+def placement_spread(samples_ms: list[float], copies: list[int]) -> float | None:
+    """How much the time depends on where the inputs lie in memory: the largest relative difference between
+    the medians of the calls on each staging copy (the same inputs at another address; ``max / min - 1``),
+    over the copies with at least ``PLACEMENT_MIN_CALLS`` calls. ``None`` with fewer than two such copies.
+
+    Measured on an H100 (docs/benchmarks.md §1b5): the suite's layernorm seed runs 0.149 ms on one copy and
+    0.167 ms on the others, rmsnorm and l2_norm differ by 2-4 %, an elementwise kernel by under 0.7 %."""
+    by_copy: dict[int, list[float]] = {}
+    for ms, copy in zip(samples_ms, copies):
+        by_copy.setdefault(copy, []).append(ms)
+    medians = [sorted(v)[len(v) // 2] for v in by_copy.values() if len(v) >= PLACEMENT_MIN_CALLS]
+    if len(medians) < 2 or min(medians) <= 0:
+        return None
+    return max(medians) / min(medians) - 1.0
 
 
 def time_gpu(
@@ -271,18 +294,18 @@ def time_gpu(
     start, end = event(enable_timing=True), event(enable_timing=True)
     calls = 0
 
-    def queue_next() -> tuple[int, int | None, list[Any]]:
+    def queue_next() -> tuple[int, int | None, list[Any], int]:
         """The next call's inputs staged and the L2 flushed, queued on the stream."""
         chosen, seed, fresh = _inputs_for(schedule, input_sets, fresh_inputs)
         inputs = staging.load(fresh)
         del fresh
         flush.zero_()
         lap("inputs")
-        return chosen, seed, inputs
+        return chosen, seed, inputs, staging.copy
 
     upcoming = queue_next()
     while True:
-        chosen, seed, inputs = upcoming
+        chosen, seed, inputs, copy = upcoming
         spin(cycles)  # the GPU stays busy while the host launches: events see only the GPU's time
         record(start, stream)
         begin = perf()
@@ -310,6 +333,7 @@ def time_gpu(
         result.host_ms.append(host)
         result.sets.append(chosen)
         result.input_seeds.append(seed)
+        result.copies.append(copy)
         calls += 1
         last = schedule.stop(calls, schedule.trials)
         try:
@@ -364,6 +388,7 @@ def time_cpu(
         result.host_ms.append(wall)
         result.sets.append(chosen)
         result.input_seeds.append(seed)
+        result.copies.append(staging.copy)
         calls += 1
         last = schedule.stop(calls, schedule.trials)
         if after_call is not None:

@@ -32,3 +32,17 @@ def quick_options(cache_dir: str, **overrides) -> EvalOptions:
         "cache_dir": cache_dir,
     }
     return EvalOptions(**{**base, **overrides})
+
+
+def stand_in_timers(perf_counter, sleep=lambda cycles: None) -> dict:
+    """CUDA timers for the GPU loop run on the CPU: events that record nothing and read 0.1 ms, a spin that
+    ``sleep`` records, the host clock ``perf_counter``."""
+    return {
+        "event_class": lambda enable_timing=True: None,
+        "record": lambda event, stream: None,
+        "elapsed": lambda start, end: 0.1,
+        "synchronize": lambda: None,
+        "stream": None,
+        "sleep": sleep,
+        "perf_counter": perf_counter,
+    }

@@ -10,23 +10,10 @@ from __future__ import annotations
 import os
 
 import torch
+from evaluator_helpers import stand_in_timers
 
 from ksmith_triton import timing
 from ksmith_triton.evaluator import host_delay_flag
-
-
-def stand_in_timers(perf_counter, sleep=lambda cycles: None) -> dict:
-    """CUDA timers for the GPU loop run on the CPU: events that record nothing and read 0.1 ms, a spin that
-    ``sleep`` records, the host clock ``perf_counter``."""
-    return {
-        "event_class": lambda enable_timing=True: None,
-        "record": lambda event, stream: None,
-        "elapsed": lambda start, end: 0.1,
-        "synchronize": lambda: None,
-        "stream": None,
-        "sleep": sleep,
-        "perf_counter": perf_counter,
-    }
 
 
 def run_loop(monkeypatch, launch_ms_of_timed_call, warmup_ms=0.01):
