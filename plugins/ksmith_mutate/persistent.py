@@ -324,7 +324,7 @@ class _BatchDescriptors(cst.CSTTransformer):
     batch (``[batches, rows, cols]``, a block of one batch), and each ``desc.load([i, j])`` a load of the batch's
     block with the batch axis dropped. The descriptor then reads nothing the tile sets and is hoisted: built once
     per program rather than once per tile (the suite's bmm at 128 x 256 x 64 went from 0.803 to 0.858 of cuBLAS
-    in ``benchmarks/bmm_headroom.py``, docs/benchmarks.md §5c). Only a descriptor whose every assignment has that
+    in ``benchmarks/bmm_headroom.py``, docs/benchmarks.md §5c2). Only a descriptor whose every assignment has that
     form and whose every other use is such a load."""
 
     def __init__(self, statements: list[cst.BaseStatement], batch: str, batches: str, per_tile: set[str]):
@@ -404,7 +404,8 @@ class _BatchDescriptors(cst.CSTTransformer):
         name = self._load_of(updated)
         if name not in self.names:
             return updated
-        offsets = cst.Module([]).code_for_node(updated.args[0].value)[1:-1]
+        code = cst.Module([]).code_for_node
+        offsets = ", ".join(code(e.value) for e in updated.args[0].value.elements)
         # Descriptor offsets are 32-bit; the block's leading batch axis of one is dropped.
         return cst.parse_expression(
             f"{name}.load([{self.batch}.to(tl.int32), {offsets}]).reshape({name}.block_shape[1:])"
