@@ -505,18 +505,8 @@ def _rewrite_kernel(
     statements = [*body[:at], *prefix_lines, *hoisted, loop]
     node = kernel.node.with_changes(body=kernel.node.body.with_changes(body=statements))
     if batches is not None:
-        params = list(node.params.params)
-        added = cst.Param(cst.Name(batches))
-        if params:  # laid out as the last parameter was (one per line stays so)
-            last = params[-1]
-            between = (
-                params[-2].comma if len(params) > 1 and isinstance(params[-2].comma, cst.Comma) else None
-            )
-            added = added.with_changes(comma=last.comma)
-            params[-1] = last.with_changes(
-                comma=between or cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
-            )
-        node = node.with_changes(params=node.params.with_changes(params=[*params, added]))
+        params = _appended(list(node.params.params), cst.Param(cst.Name(batches)))
+        node = node.with_changes(params=node.params.with_changes(params=params))
     return node, tiles, batches
 
 
@@ -555,23 +545,22 @@ def _persistent_launch(site: LaunchSite, per_sm: int, batches: str | None = None
                 return None  # the batch count depends on the meta-parameters: not known at the launch
         if any(a.keyword is not None and a.keyword.value == batches for a in args):
             return None
-        args = _with_keyword(args, batches, second.value)
+        args = _appended(args, cst.Arg(second.value, keyword=cst.Name(batches), equal=tight_equal()))
     helper = BATCH_GRID_HELPER if batches is not None else GRID_HELPER
     wrapped = cst.Call(cst.Name(helper), [cst.Arg(grid), cst.Arg(cst.Integer(str(per_sm)))])
     return with_launch_grid(site.call.with_changes(args=args), wrapped)
 
 
-def _with_keyword(args: list[cst.Arg], name: str, value: cst.BaseExpression) -> list[cst.Arg]:
-    """``args`` and ``name=value`` after them, laid out as the last argument was (one per line stays so)."""
-    equal = tight_equal()
-    if not args:
-        return [cst.Arg(value, keyword=cst.Name(name), equal=equal)]
-    last = args[-1]
+def _appended(items: list, added: cst.CSTNode) -> list:
+    """``items`` (a call's arguments or a function's parameters) and ``added`` after them, laid out as the last
+    item was (one per line stays so)."""
+    if not items:
+        return [added]
+    last = items[-1]
     between = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
-    if len(args) > 1 and isinstance(args[-2].comma, cst.Comma):
-        between = args[-2].comma
-    added = cst.Arg(value, keyword=cst.Name(name), equal=equal, comma=last.comma)
-    return [*args[:-1], last.with_changes(comma=between), added]
+    if len(items) > 1 and isinstance(items[-2].comma, cst.Comma):
+        between = items[-2].comma
+    return [*items[:-1], last.with_changes(comma=between), added.with_changes(comma=last.comma)]
 
 
 def persistent_changes(
