@@ -33,6 +33,7 @@ Side-stream launches are refused by the guards, so events on the default stream 
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,6 +41,9 @@ from typing import Any
 L2_FLUSH_MIN_BYTES = 256 * 2**20
 PREQUEUE_MIN_MS = 0.05  # GPU spin before each timed call, at least (covers a fast launch)
 PREQUEUE_MAX_MS = 10.0  # and at most: a call whose launch takes longer than this is host-bound anyway
+# The spin follows the host's launch times over this many recent calls (the warm-up's seed it): a launch the
+# spin did not cover lengthens the next call's spin at once, and the window lets one slow launch go again.
+SPIN_WINDOW = 16
 # A slow function gets fewer timed calls: about this much GPU time of them, never fewer than MIN_TIMED_CALLS
 # (calls of over 30 ms; up to that the asked number is kept). A call that long varies by well under 1 %
 # (KernelBench's convolutions at 50-700 ms: spreads of 1e-6 to 1e-3), so a hundred of them buy nothing but
@@ -123,9 +127,9 @@ class TimedCalls:
     input_seeds: list[int | None] = field(default_factory=list)  # the seed of each call's fresh inputs
     copies: list[int] = field(default_factory=list)  # the staging copy (placement) of each call's inputs
     warmup: int = 0
-    prequeue_ms: float = 0.0  # the GPU spin before each call, the last used (it only grows: see time_gpu)
+    prequeue_ms: float = 0.0  # the GPU spin before the timed calls, the median over them (see time_gpu)
     # Calls whose launch took longer than the spin before them: the GPU may have idled inside the timed span
-    # waiting for the host (a busy CPU). Each one lengthens the spin for the calls after it.
+    # waiting for the host (a busy CPU). Each one lengthens the spin for the call after it.
     exposed: int = 0
     # Where the loop's own wall time went (ms): ``setup`` (the spin's rate, buffers), ``warmup``, and per timed
     # call ``inputs`` (made and staged), ``launch`` (flush, spin, the call), ``wait`` (for the GPU) and
@@ -194,10 +198,14 @@ def _after_first(values: list[float]) -> list[float]:
 def prequeue_ms(host_ms: list[float]) -> float:
     """How long the GPU spins before a timed call: twice the host's launch time at its 75th percentile over
     the warm-up (the first warm-up call, which may re-run an autotuner's benchmarks, left out)."""
-    steady = _after_first(host_ms)
-    if not steady:
+    return spin_for(_after_first(host_ms))
+
+
+def spin_for(launches: list[float]) -> float:
+    """Twice the 75th percentile of ``launches`` (host ms) plus ``PREQUEUE_MIN_MS``, within the bounds."""
+    if not launches:
         return PREQUEUE_MIN_MS
-    ordered = sorted(steady)
+    ordered = sorted(launches)
     slow = ordered[min(len(ordered) - 1, int(0.75 * len(ordered)))]
     return min(PREQUEUE_MAX_MS, max(PREQUEUE_MIN_MS, 2.0 * slow + PREQUEUE_MIN_MS))
 
@@ -287,10 +295,11 @@ def time_gpu(
             break
     if len(wall_warm) >= 2:  # a time per call that is not the first call's
         schedule.fit(steady_ms(wall_warm), budget_ms, least)
-    spin_ms = prequeue_ms(host_warm)
-    cycles = int(spin_ms * cycles_per_ms)
+    recent = deque(_after_first(host_warm)[-SPIN_WINDOW:], maxlen=SPIN_WINDOW)
+    spin_ms = spin_for(list(recent))
+    spins: list[float] = []
     lap("warmup")
-    result = TimedCalls(samples_ms=[], warmup=done, prequeue_ms=round(spin_ms, 4))
+    result = TimedCalls(samples_ms=[], warmup=done)
     start, end = event(enable_timing=True), event(enable_timing=True)
     calls = 0
 
@@ -306,7 +315,10 @@ def time_gpu(
     upcoming = queue_next()
     while True:
         chosen, seed, inputs, copy = upcoming
-        spin(cycles)  # the GPU stays busy while the host launches: events see only the GPU's time
+        spins.append(spin_ms)
+        spin(
+            int(spin_ms * cycles_per_ms)
+        )  # the GPU stays busy while the host launches: events see only its time
         record(start, stream)
         begin = perf()
         out = fn(*inputs)
@@ -323,12 +335,15 @@ def time_gpu(
             lap("check")
         sync()
         lap("wait")
-        # The spin may have run out before the launch did: cover such a launch from now on.
-        if host >= spin_ms:
-            result.exposed += 1
+        # The spin may have run out before the launch did (the GPU then idled inside the events): counted, and
+        # the next call's spin covers twice such a launch. Otherwise the spin follows the recent launches: one
+        # slow launch (a descheduled host) does not keep every later call's spin long, and the hold with it.
+        recent.append(host)
+        exposed = host >= spin_ms
+        result.exposed += int(exposed)
+        spin_ms = spin_for(list(recent))
+        if exposed:
             spin_ms = min(PREQUEUE_MAX_MS, max(spin_ms, 2.0 * host + PREQUEUE_MIN_MS))
-            cycles = int(spin_ms * cycles_per_ms)
-            result.prequeue_ms = round(spin_ms, 4)
         result.samples_ms.append(float(elapsed(start, end)))
         result.host_ms.append(host)
         result.sets.append(chosen)
@@ -354,6 +369,7 @@ def time_gpu(
         if last:
             break
     sync()
+    result.prequeue_ms = round(sorted(spins)[len(spins) // 2], 4)
     result.loop_ms = {k: round(v * 1e3, 2) for k, v in parts.items()}
     return result
 
