@@ -68,7 +68,14 @@ from ksmith_triton.pool import POOL, discard
 from ksmith_triton.refcache import ReferenceCache
 from ksmith_triton.roofline import ceilings_within_peaks, place_on_roofline, platform_peaks, roofline_work
 from ksmith_triton.sandbox import Child, ChildExit, private_dir, remove_tree
-from ksmith_triton.timing import FRESH_SHARE, PREQUEUE_MAX_MS, TIMED_BUDGET_MS, Schedule, placement_spread
+from ksmith_triton.timing import (
+    FRESH_SHARE,
+    PLACEMENT_MIN_CALLS,
+    PREQUEUE_MAX_MS,
+    TIMED_BUDGET_MS,
+    Schedule,
+    placement_spread,
+)
 
 log = logging.getLogger(__name__)
 
@@ -436,15 +443,37 @@ def placement_reasons(candidate: float | None, eager: float | None, compiled: fl
     return reasons
 
 
-def _call_placement(copies: Any, calls: list[dict[str, Any]], gpu_ms: list[float]) -> float | None:
-    """``placement_spread`` of the timed calls, from the worker's list of each call's staging copy (``None``
-    where that list does not fit the calls reported)."""
+def call_copies(copies: Any, calls: list[dict[str, Any]]) -> list[int] | None:
+    """Each reported call's staging copy, from the worker's list (``None`` where it does not fit the calls)."""
     if not isinstance(copies, list) or len(copies) != len(calls):
         return None
     try:
-        return placement_spread(gpu_ms, [int(copies[int(c["index"])]) for c in calls])
+        return [int(copies[int(c["index"])]) for c in calls]
     except (IndexError, TypeError, ValueError):
         return None
+
+
+def _call_placement(copies: Any, calls: list[dict[str, Any]], gpu_ms: list[float]) -> float | None:
+    """``placement_spread`` of the timed calls (``None`` where the copies do not fit the calls reported)."""
+    per_call = call_copies(copies, calls)
+    return None if per_call is None else placement_spread(gpu_ms, per_call)
+
+
+def placement_normalised(gpu_ms: list[float], copies: list[int] | None) -> list[float]:
+    """The calls' times with where their inputs lay taken out: each call's time scaled by the median of all
+    calls over the median of the calls on its staging copy (copies with at least ``PLACEMENT_MIN_CALLS``
+    calls; the others as they are). The same data on another copy can run 10 % faster (docs/benchmarks.md
+    §1b5), which is not a kernel doing less work on some calls; a kernel that does is as fast on every copy."""
+    if copies is None or len(copies) != len(gpu_ms):
+        return gpu_ms
+    by_copy: dict[int, list[float]] = {}
+    for t, copy in zip(gpu_ms, copies):
+        by_copy.setdefault(copy, []).append(t)
+    medians = {c: sorted(v)[len(v) // 2] for c, v in by_copy.items() if len(v) >= PLACEMENT_MIN_CALLS}
+    if len(medians) < 2 or min(medians.values()) <= 0:
+        return gpu_ms
+    overall = sorted(gpu_ms)[len(gpu_ms) // 2]
+    return [t * overall / medians[c] if c in medians else t for t, c in zip(gpu_ms, copies)]
 
 
 def host_delay_flag(exposed: int, calls: int) -> list[str]:
@@ -458,8 +487,9 @@ def host_delay_flag(exposed: int, calls: int) -> list[str]:
     return []
 
 
-def timing_contradictions(gpu_ms: list[float], sets: list[int]) -> list[str]:
-    """Reasons to refuse timings that contradict themselves, or ``[]``.
+def timing_contradictions(gpu_ms: list[float], sets: list[int], copies: list[int] | None = None) -> list[str]:
+    """Reasons to refuse timings that contradict themselves, or ``[]``. ``copies``: each call's staging copy,
+    whose own speed is taken out first (:func:`placement_normalised`).
 
     Calls on the same prepared input set do the same work on the same data, so an honest kernel takes about
     the same time on each (slow outliers aside: a clock dip, another process), even when its time depends on
@@ -470,7 +500,7 @@ def timing_contradictions(gpu_ms: list[float], sets: list[int]) -> list[str]:
     """
     reasons = []
     by_set: dict[int, list[float]] = {}
-    for t, chosen in zip(gpu_ms, sets):
+    for t, chosen in zip(placement_normalised(gpu_ms, copies), sets):
         by_set.setdefault(chosen, []).append(t)
     for chosen, times in sorted(by_set.items()):
         if chosen < 0:
@@ -1298,7 +1328,9 @@ class Evaluation:
             "placement_spread": None if placement is None else round(placement, 5),
         }
         if self.device == "cuda":
-            contradictions = timing_contradictions(gpu_ms, [int(c["set"]) for c in calls])
+            contradictions = timing_contradictions(
+                gpu_ms, [int(c["set"]) for c in calls], call_copies(report.get("copies"), calls)
+            )
             if contradictions:
                 return self.verdict(Status.REJECTED, contradictions)
             self.flags.extend(checked_slower_flag(gpu_ms, [int(c["index"]) for c in full]))
