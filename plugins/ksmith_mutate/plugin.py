@@ -13,6 +13,7 @@ Edit kinds (the arms of the bandit):
     compute-bound below 0.7 of its roofline tries this kind (then ``tma_loads``, ``persistent``, ``split_k``) before
     other untried kinds; while it stays that far, only tiling edits (``gemm_config``, ``tma_loads``, ``persistent``,
     ``split_k``, ``dot_tile``) compete, and those that grow the tile are four times likelier (more so the larger the tile).
+    The first try of ``gemm_config``, ``tma_loads`` and ``persistent`` in a run is at their largest tile.
 ``tma_loads``
     A tiled matmul's pointer loads in its K loop become TMA tensor-descriptor loads, each descriptor built over
     the operand's real layout (the launch passes which stride is 1) (:mod:`ksmith_mutate.tma`).
@@ -210,6 +211,9 @@ MOMENTUM_WEIGHT = 4.0
 GROW_TILE_WEIGHT = 4.0
 GROW_TILE_BELOW = 0.7
 TILE_KINDS = ("gemm_config", "attention_config", "dot_tile")
+# The kinds whose edits carry a GEMM configuration (block M, N, K, stages, warps): a larger tile pays far below
+# the roofline on every GEMM measured (docs/benchmarks.md §5, §5c, §5c2).
+GEMM_TILE_KINDS = ("gemm_config", "tma_loads", "persistent")
 # Far below the compute roofline, the kinds that change how the work is done, untried ones first in this order.
 # The dot's precision leads: an fp32 GEMM multiplying in "ieee" runs on the CUDA cores, and tf32x3 at the same
 # tile was 4.6x faster on KernelBench's fp32 GEMMs (docs/benchmarks.md §6c); the tile comes next.
@@ -419,11 +423,15 @@ def _continues(momentum: tuple[str, str] | None, edit: Edit) -> bool:
 
 
 def _grow_weight(edit: Edit) -> float:
-    """Far from the roofline: tile edits that grow the tile, the more the tile grows the likelier."""
+    """Far from the roofline: tile edits that grow the tile, the more the tile grows the likelier. A GEMM
+    configuration's K block counts up to 64 (a 128-byte fp16 row, what the TMA's swizzle and the tensor cores'
+    loads want): 128x128x32 weighs half of 128x128x64."""
     if edit.kind not in TILE_KINDS + STRUCTURAL_FIRST or edit.detail.get("direction") != "up":
         return 1.0
     config = edit.detail.get("config")
     area = config[0] * config[1] / (128 * 128) if config else 1.0
+    if config and edit.kind in GEMM_TILE_KINDS and len(config) > 2:
+        area *= min(config[2], 64) / 64
     return GROW_TILE_WEIGHT * max(area, 0.25)
 
 
@@ -516,7 +524,8 @@ def _pick_edit(
             # far, only the edits that change the tiling, the loads or the dot's precision compete.
             kinds = [k for k in kinds if k in TILE_KINDS + STRUCTURAL_FIRST] or kinds
         first = grow or far_from_memory_roofline
-        kind = untried[0] if first and untried else bandit.choose(kinds, rng, pending)
+        opening = first and bool(untried)
+        kind = untried[0] if opening else bandit.choose(kinds, rng, pending)
         of_kind = [e for e in pool if e.kind == kind]
         weights = [
             (MOMENTUM_WEIGHT if _continues(plan.momentum, e) else 1.0)
@@ -524,6 +533,12 @@ def _pick_edit(
             * bandit.direction_weight(e.kind, e.detail.get("direction"))
             for e in of_kind
         ]
+        if opening and grow and kind in GEMM_TILE_KINDS:
+            # A GEMM kind's first try is its largest tile: a small one that loses would leave the kind with a
+            # poor record, and the search would rarely come back to it (docs/benchmarks.md §5c2, run 3).
+            heaviest = max(weights)
+            of_kind = [e for e, w in zip(of_kind, weights) if w == heaviest]
+            weights = [1.0] * len(of_kind)
         edit = rng.choices(of_kind, weights=weights, k=1)[0]
         remaining.remove(edit)
         try:

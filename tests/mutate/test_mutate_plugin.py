@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -285,6 +286,8 @@ def test_a_compute_bound_parent_far_from_its_roofline_tries_a_faster_dot_then_a_
     )
     assert edit.kind == "gemm_config", edit.description
     area = 32 * 32  # the seed's accumulator tile
+    configs = [tuple(e.detail["config"]) for e in edits if e.kind == "gemm_config"]
+    largest = list(max(configs, key=lambda c: c[0] * c[1] * min(c[2], 64)))[:3]
     grown = 0
     for trial in range(30):
         run.rng.seed(trial)
@@ -300,7 +303,9 @@ def test_a_compute_bound_parent_far_from_its_roofline_tries_a_faster_dot_then_a_
         assert edit.kind == "gemm_config"  # untried, and the structure is what is wrong
         m, n = edit.detail["config"][:2]
         grown += m * n > area
-    assert grown >= 24  # 4:1 for configs that grow the tile
+        # A GEMM kind's first try is its largest tile (here the largest that fits in shared memory).
+        assert edit.detail["config"][:3] == largest, edit.description
+    assert grown == 30
     # Once the structural kinds were tried, only edits that change the tiling compete while it stays far.
     tried = Counter({"dot_precision": 1, "gemm_config": 1, "tma_loads": 1, "persistent": 1})
     chosen = set()
@@ -327,6 +332,47 @@ def test_a_compute_bound_parent_far_from_its_roofline_tries_a_faster_dot_then_a_
             ).kind
         )
     assert len(kinds) > 3
+
+
+def test_the_first_persistent_try_of_a_far_bmm_is_the_large_tile_in_batch_order(make_run):
+    """The suite's bmm: a small tile's persistent form that lost once left the kind with a poor record, and
+    16 evaluations did not come back to the large tile that pays (docs/benchmarks.md §5c2, run 3). The
+    kind's first try is now its largest tile, TMA and persistent in batch order."""
+    from ksmith_mutate.persistent import BATCH_GRID_HELPER
+
+    suite = Path(plugin.__file__).parents[1] / "ksmith_problems" / "problems" / "matmul"
+    source = (suite / "bmm.seed.py").read_text(encoding="utf-8")
+    run = make_run("matmul_bias_relu")
+    far = replace(ok(0.4), roofline_bound="compute", roofline_fraction=0.4)
+    seed = run.add(Candidate.from_source(source), far)[0]
+    edits = [e for e in possible_edits(source) if e.kind != "dot_precision"]  # fp16: nothing to gain there
+    tried = Counter({"gemm_config": 1, "tma_loads": 1})
+    for trial in range(12):
+        run.rng.seed(trial)
+        edit = plugin._pick_edit(
+            plugin._Plan(seed, False, "improve"),
+            {seed.candidate.id: list(edits)},
+            set(run.by_id),
+            EditBandit(),
+            tried,
+            run.rng,
+        )
+        assert edit.kind == "persistent" and "at 128x256x64" in edit.description, edit.description
+        assert BATCH_GRID_HELPER in edit.source
+    # Once the kind has a record, its edits are drawn by weight again: the smaller tiles come up too.
+    drawn = set()
+    for trial in range(40):
+        run.rng.seed(trial)
+        edit = plugin._pick_edit(
+            plugin._Plan(seed, False, "improve"),
+            {seed.candidate.id: [e for e in edits if e.kind == "persistent"]},
+            set(run.by_id),
+            EditBandit(),
+            tried + Counter({"persistent": 1}),
+            run.rng,
+        )
+        drawn.add(edit.description)
+    assert any("at 128x256x64" not in d for d in drawn)
 
 
 def test_a_memory_bound_parent_far_from_its_roofline_tries_the_reversed_pass_first(make_run):
