@@ -60,6 +60,7 @@ EDIT_KINDS = (
     "tma_loads",
     "split_k",
     "persistent",
+    "attention_structure",
     "exp2_softmax",
     "diagonal_split",
     "attention_config",
@@ -247,7 +248,40 @@ def possible_edits(
     tma = [e for e in edits if e.kind == "tma_loads"]
     large = [v for e in tma for v in _tma_with_large_tiles(model, e, limits)]
     persistent_tma = [_persistent_tma(e, limits) for e in tma + large] if "persistent" in wanted else []
-    return edits + large + persistent_tma
+    attention = _attention_structure(source, limits) if "attention_structure" in wanted else []
+    return edits + large + persistent_tma + attention
+
+
+# What the compound attention edit applies after the base-2 softmax, each to the last one's result: the causal
+# key loop split at the diagonal, then each key loop's full blocks without its bound masks (a few loops at most).
+ATTENTION_FOLLOW_UPS = ("diagonal_split", "mask_split")
+MAX_STEPS_OF_A_KIND = 4
+
+
+def _attention_structure(source: str, limits: Limits) -> list[Edit]:
+    """The attention edits that change what each key block costs, made in one step (``attention_structure``):
+    one at a time they paid together, four stacked edits at 0.85-0.90x of torch.compile against 0.57x for the
+    seed (docs/benchmarks.md §6e), and a search of 16 evaluations seldom stacked them all. Offered where the
+    base-2 form in the exponent applies (a flash-attention kernel) and at least one follow-up does."""
+    first = [e for e in possible_edits(source, ("exp2_softmax",), limits) if e.detail.get("form") == "fma"]
+    if len(first) != 1 or not possible_edits(source, ATTENTION_FOLLOW_UPS, limits):
+        return []
+
+    def render() -> str:
+        current = first[0].source
+        for kind in ATTENTION_FOLLOW_UPS:
+            for _ in range(MAX_STEPS_OF_A_KIND):
+                options = possible_edits(current, (kind,), limits)
+                if not options:
+                    break
+                current = options[0].source
+        return current
+
+    description = (
+        f"{first[0].description}, the causal key loop split at the diagonal and the key loops' full blocks "
+        "without their bound masks (where each applies)"
+    )
+    return [Edit("attention_structure", description, render, False, {"direction": "up"})]
 
 
 def _persistent_tma(tma: Edit, limits: Limits) -> Edit:

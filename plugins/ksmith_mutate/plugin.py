@@ -31,6 +31,9 @@ Edit kinds (the arms of the bandit):
     base 2 with the scale folded, the causal key loop split at the diagonal so only diagonal blocks are
     masked, and Inductor's flex-attention configurations (:mod:`ksmith_mutate.attention`). Compute-bound
     parents far below their roofline try them with the tiling edits.
+``attention_structure``
+    The base-2 softmax in the exponent, the diagonal split and the key loops' full blocks without their bound
+    masks in one step (each where it applies to the step before's result); tried before the single edits.
 ``mask_split``
     A blocked loop from 0 (``offs = start + tl.arange(0, BLOCK)``) whose body compares ``offs < n`` runs as
     two: the full blocks with those comparisons replaced by ``True``, then the rest as written
@@ -222,6 +225,7 @@ GEMM_TILE_KINDS = ("gemm_config", "tma_loads", "persistent")
 STRUCTURAL_FIRST = (
     "dot_precision",
     "gemm_config",
+    "attention_structure",
     "exp2_softmax",
     "diagonal_split",
     "mask_split",
@@ -425,7 +429,11 @@ def _continues(momentum: tuple[str, str] | None, edit: Edit) -> bool:
 def _grow_weight(edit: Edit) -> float:
     """Far from the roofline: tile edits that grow the tile, the more the tile grows the likelier. A GEMM
     configuration's K block counts up to 64 (a 128-byte fp16 row, what the TMA's swizzle and the tensor cores'
-    loads want): 128x128x32 weighs half of 128x128x64."""
+    loads want): 128x128x32 weighs half of 128x128x64. Not an attention configuration: there the larger tiles
+    ran slower (128x128 at 0.45-0.52x of torch.compile from the suite's seeds, 128x64 at 0.70x; the queries'
+    block and its scores live in registers), so Inductor's configurations are drawn alike."""
+    if edit.kind == "attention_config":
+        return 1.0
     if edit.kind not in TILE_KINDS + STRUCTURAL_FIRST or edit.detail.get("direction") != "up":
         return 1.0
     config = edit.detail.get("config")

@@ -59,6 +59,33 @@ def test_attention_edits_keep_the_seed_correct_alone_and_together(name, tmp_path
         assert error < 1e-2, f"{candidate.kind}: relative error {error:.3g}"
 
 
+@pytest.mark.parametrize("name", ["attention", "causal_attention"])
+def test_the_attention_structure_in_one_step_is_the_edits_stacked_and_correct(name, tmp_path):
+    """``attention_structure``: the base-2 softmax in the exponent, then the diagonal split (causal), then
+    each key loop's full blocks without their bound masks, as the single edits would make them in turn."""
+    checker = KernelChecker(name, tmp_path, ATTENTION)
+    seed = _seed(name)
+    (compound,) = [e for e in possible_edits(seed) if e.kind == "attention_structure"]
+    (stacked,) = [e for e in possible_edits(seed, ("exp2_softmax",)) if e.detail.get("form") == "fma"]
+    stacked = stacked.source
+    for kind in ("diagonal_split", "mask_split"):
+        while options := possible_edits(stacked, (kind,)):
+            stacked = options[0].source
+    assert compound.source == stacked
+    assert "tl.exp(" not in compound.source and "kv_mask = True" in compound.source
+    assert ("diagonal_start" in compound.source) == (name == "causal_attention")
+    # Nothing of the three is left to do on the result.
+    assert not possible_edits(compound.source, ("diagonal_split", "mask_split", "attention_structure"))
+    wide = [
+        e
+        for e in possible_edits(compound.source, ("attention_config",))
+        if e.detail["config"][:2] == [128, 64]
+    ]
+    for candidate in (compound, wide[0]):
+        error = checker.max_error(candidate.source)
+        assert error < 1e-2, f"{candidate.description}: relative error {error:.3g}"
+
+
 def test_a_broken_split_is_caught_by_the_check(tmp_path):
     """The checker the test relies on fails a split that drops the mask on the diagonal blocks too."""
     checker = KernelChecker("causal_attention", tmp_path, ATTENTION)
@@ -91,6 +118,8 @@ def test_kernels_that_are_not_attention_get_none_of_them():
     matmul = (ATTENTION.parent / "matmul" / "matmul.seed.py").read_text(encoding="utf-8")
     softmax = (ATTENTION.parent / "softmax" / "online_softmax.seed.py").read_text(encoding="utf-8")
     assert not possible_edits(matmul, KINDS) and not possible_edits(softmax, KINDS)
+    assert not possible_edits(matmul, ("attention_structure",))
+    assert not possible_edits(softmax, ("attention_structure",))
 
 
 @pytest.mark.parametrize(
