@@ -240,15 +240,15 @@ def possible_edits(
     limits = limits or platform_limits()
     model = parse(source)
     wanted = set(kinds or EDIT_KINDS)
-    edits = [
+    every = [
         Edit(change.kind, change.description, _renderer(model.module, change), change.safer, change.detail)
         for change in _all_changes(model, limits)
-        if change.kind in wanted
     ]
+    edits = [e for e in every if e.kind in wanted]
     tma = [e for e in edits if e.kind == "tma_loads"]
     large = [v for e in tma for v in _tma_with_large_tiles(model, e, limits)]
     persistent_tma = [_persistent_tma(e, limits) for e in tma + large] if "persistent" in wanted else []
-    attention = _attention_structure(source, limits) if "attention_structure" in wanted else []
+    attention = _attention_structure(every, limits) if "attention_structure" in wanted else []
     return edits + large + persistent_tma + attention
 
 
@@ -258,13 +258,14 @@ ATTENTION_FOLLOW_UPS = ("diagonal_split", "mask_split")
 MAX_STEPS_OF_A_KIND = 4
 
 
-def _attention_structure(source: str, limits: Limits) -> list[Edit]:
+def _attention_structure(every: list[Edit], limits: Limits) -> list[Edit]:
     """The attention edits that change what each key block costs, made in one step (``attention_structure``):
     one at a time they paid together, four stacked edits at 0.85-0.90x of torch.compile against 0.57x for the
     seed (docs/benchmarks.md §6e), and a search of 16 evaluations seldom stacked them all. Offered where the
-    base-2 form in the exponent applies (a flash-attention kernel) and at least one follow-up does."""
-    first = [e for e in possible_edits(source, ("exp2_softmax",), limits) if e.detail.get("form") == "fma"]
-    if len(first) != 1 or not possible_edits(source, ATTENTION_FOLLOW_UPS, limits):
+    base-2 form in the exponent applies (a flash-attention kernel) and at least one follow-up does; ``every``
+    is the source's single edits of all kinds."""
+    first = [e for e in every if e.kind == "exp2_softmax" and e.detail.get("form") == "fma"]
+    if len(first) != 1 or not any(e.kind in ATTENTION_FOLLOW_UPS for e in every):
         return []
 
     def render() -> str:

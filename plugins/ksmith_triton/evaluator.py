@@ -70,10 +70,10 @@ from ksmith_triton.roofline import ceilings_within_peaks, place_on_roofline, pla
 from ksmith_triton.sandbox import Child, ChildExit, private_dir, remove_tree
 from ksmith_triton.timing import (
     FRESH_SHARE,
-    PLACEMENT_MIN_CALLS,
     PREQUEUE_MAX_MS,
     TIMED_BUDGET_MS,
     Schedule,
+    copy_medians,
     placement_spread,
 )
 
@@ -461,15 +461,12 @@ def _call_placement(copies: Any, calls: list[dict[str, Any]], gpu_ms: list[float
 
 def placement_normalised(gpu_ms: list[float], copies: list[int] | None) -> list[float]:
     """The calls' times with where their inputs lay taken out: each call's time scaled by the median of all
-    calls over the median of the calls on its staging copy (copies with at least ``PLACEMENT_MIN_CALLS``
-    calls; the others as they are). The same data on another copy can run 10 % faster (docs/benchmarks.md
-    §1b5), which is not a kernel doing less work on some calls; a kernel that does is as fast on every copy."""
+    calls over the median of the calls on its staging copy (``copy_medians``; copies with fewer calls as they
+    are). The same data on another copy can run 10 % faster (docs/benchmarks.md §1b5), which is not a kernel
+    doing less work on some calls; a kernel that does is as fast on every copy."""
     if copies is None or len(copies) != len(gpu_ms):
         return gpu_ms
-    by_copy: dict[int, list[float]] = {}
-    for t, copy in zip(gpu_ms, copies):
-        by_copy.setdefault(copy, []).append(t)
-    medians = {c: sorted(v)[len(v) // 2] for c, v in by_copy.items() if len(v) >= PLACEMENT_MIN_CALLS}
+    medians = copy_medians(gpu_ms, copies)
     if len(medians) < 2 or min(medians.values()) <= 0:
         return gpu_ms
     overall = sorted(gpu_ms)[len(gpu_ms) // 2]

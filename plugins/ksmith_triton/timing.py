@@ -195,12 +195,6 @@ def _after_first(values: list[float]) -> list[float]:
     return values[1:] if len(values) > 1 else values
 
 
-def prequeue_ms(host_ms: list[float]) -> float:
-    """How long the GPU spins before a timed call: twice the host's launch time at its 75th percentile over
-    the warm-up (the first warm-up call, which may re-run an autotuner's benchmarks, left out)."""
-    return spin_for(_after_first(host_ms))
-
-
 def spin_for(launches: list[float]) -> float:
     """Twice the 75th percentile of ``launches`` (host ms) plus ``PREQUEUE_MIN_MS``, within the bounds."""
     if not launches:
@@ -228,6 +222,15 @@ def steady_ms(wall_ms: list[float]) -> float:
 PLACEMENT_MIN_CALLS = 8  # calls a staging copy needs for its median to count in placement_spread
 
 
+def copy_medians(samples_ms: list[float], copies: list[int]) -> dict[int, float]:
+    """The median time of the calls on each staging copy, over the copies with at least
+    ``PLACEMENT_MIN_CALLS`` calls."""
+    by_copy: dict[int, list[float]] = {}
+    for ms, copy in zip(samples_ms, copies):
+        by_copy.setdefault(copy, []).append(ms)
+    return {c: sorted(v)[len(v) // 2] for c, v in by_copy.items() if len(v) >= PLACEMENT_MIN_CALLS}
+
+
 def placement_spread(samples_ms: list[float], copies: list[int]) -> float | None:
     """How much the time depends on where the inputs lie in memory: the largest relative difference between
     the medians of the calls on each staging copy (the same inputs at another address; ``max / min - 1``),
@@ -235,10 +238,7 @@ def placement_spread(samples_ms: list[float], copies: list[int]) -> float | None
 
     Measured on an H100 (docs/benchmarks.md §1b5): the suite's layernorm seed runs 0.149 ms on one copy and
     0.167 ms on the others, rmsnorm and l2_norm differ by 2-4 %, an elementwise kernel by under 0.7 %."""
-    by_copy: dict[int, list[float]] = {}
-    for ms, copy in zip(samples_ms, copies):
-        by_copy.setdefault(copy, []).append(ms)
-    medians = [sorted(v)[len(v) // 2] for v in by_copy.values() if len(v) >= PLACEMENT_MIN_CALLS]
+    medians = list(copy_medians(samples_ms, copies).values())
     if len(medians) < 2 or min(medians) <= 0:
         return None
     return max(medians) / min(medians) - 1.0
@@ -316,9 +316,8 @@ def time_gpu(
     while True:
         chosen, seed, inputs, copy = upcoming
         spins.append(spin_ms)
-        spin(
-            int(spin_ms * cycles_per_ms)
-        )  # the GPU stays busy while the host launches: events see only its time
+        # The GPU stays busy while the host launches: the events see only the GPU's time.
+        spin(int(spin_ms * cycles_per_ms))
         record(start, stream)
         begin = perf()
         out = fn(*inputs)
