@@ -19,6 +19,7 @@ import libcst as cst
 from ksmith_core.errors import CandidateError
 from ksmith_mutate.attention import attention_changes
 from ksmith_mutate.constexpr_size import constexpr_size_changes
+from ksmith_mutate.conv_layout import conv_layout_changes
 from ksmith_mutate.flip_fold import flip_fold_changes
 from ksmith_mutate.gemm_configs import (
     MIN_ELEMENT_BYTES,
@@ -60,6 +61,7 @@ EDIT_KINDS = (
     "tma_loads",
     "split_k",
     "persistent",
+    "conv_layout",
     "attention_structure",
     "exp2_softmax",
     "diagonal_split",
@@ -367,6 +369,8 @@ def _all_changes(model: SourceModel, limits: Limits) -> Iterator[_Change]:
         yield _change("persistent", description, pairs, detail=detail)
     for description, pairs, detail in persistent_steps(model):
         yield _change("persistent", description, pairs, safer=detail["direction"] == "down", detail=detail)
+    for description, pairs, detail in conv_layout_changes(model):
+        yield _change("conv_layout", description, pairs, detail=detail)
     for description, pairs, detail in mask_split_changes(model):
         yield _change("mask_split", description, pairs, detail=detail)
     for description, pairs, detail in loop_reverse_changes(model):

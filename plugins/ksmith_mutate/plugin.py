@@ -26,6 +26,12 @@ Edit kinds (the arms of the bandit):
     A tiled matmul's K loop sliced over a new grid axis, the partial tiles added atomically into the zeroed
     output, at ``SPLIT_K`` 4 or 16, then stepped x2 / /2 -- only where the epilogue is affine in the accumulator
     (:mod:`ksmith_mutate.split_k`). Compute-bound parents far below their roofline try it with the tiling edits.
+``conv_layout``
+    A convolution the wrapper calls in NCHW order (``F.conv2d(x, weight, bias)``) runs on channels-last copies
+    made by a Triton kernel, without its bias; a recognised per-channel epilogue kernel of its output becomes
+    one that reads that order, adds the bias and writes NCHW, and any other reader gets NCHW back from one more
+    kernel (:mod:`ksmith_mutate.conv_layout`). Tried first, after ``dot_precision``, far below a compute
+    roofline.
 ``exp2_softmax``, ``diagonal_split``, ``attention_config``
     Flash-attention kernels (two ``tl.dot`` per key block, an online softmax between them): the softmax in
     base 2 with the scale folded, the causal key loop split at the diagonal so only diagonal blocks are
@@ -224,6 +230,7 @@ GEMM_TILE_KINDS = ("gemm_config", "tma_loads", "persistent")
 # flex-attention configuration is their tile (docs/benchmarks.md §6e).
 STRUCTURAL_FIRST = (
     "dot_precision",
+    "conv_layout",
     "gemm_config",
     "attention_structure",
     "exp2_softmax",

@@ -53,7 +53,7 @@ def test_every_edit_reparses_and_touches_one_statement(name):
 
 def test_every_kind_applies_to_the_test_kernels():
     """Every Triton kind applies somewhere (the attention kinds to the suite's causal attention seed,
-    ``split_row`` to its online softmax seed, the memory-structure kinds to the Inductor-shaped L1 norm, reverse cumsum, per-row scale and shift and a serial prefix sum): on
+    ``split_row`` to its online softmax seed, ``conv_layout`` to its convolution seed, the memory-structure kinds to the Inductor-shaped L1 norm, reverse cumsum, per-row scale and shift and a serial prefix sum): on
     NVIDIA all but launch_option, which only a platform with extra
     Triton options (MetaX) offers (tests/platforms/test_mutate_on_platforms.py). The native kinds apply to CUDA
     C++ candidates (tests/mutate/test_mutate_native.py)."""
@@ -73,6 +73,7 @@ def test_every_kind_applies_to_the_test_kernels():
     ]
     sources.append(causal.read_text(encoding="utf-8"))
     sources.append((causal.parents[1] / "softmax/online_softmax.seed.py").read_text(encoding="utf-8"))
+    sources.append((causal.parents[1] / "pooling/conv2d_bias_relu.seed.py").read_text(encoding="utf-8"))
     kinds = {e.kind for source in sources for e in possible_edits(source, None, nvidia)}
     assert kinds == set(EDIT_KINDS) - {"launch_option"} - set(NATIVE_KINDS)
     assert {e.kind for e in possible_edits(seed_source(KERNEL_NAMES[0]), None, metax)} >= {"launch_option"}

@@ -1,0 +1,606 @@
+"""The ``conv_layout`` edit: a convolution called in NCHW order runs in channels-last order, without its bias.
+
+A candidate that lets torch convolve (``F.conv2d(x, weight, bias)`` on NCHW tensors, then its own epilogue
+kernel) pays for two things no tuning edit reaches: cuDNN's NCHW kernels, and cuDNN's bias, a pass of its own
+over the output. On the suite's conv2d_bias_relu (fp16, 32 x 64 x 128 x 128, 3x3 to 128 channels) the NCHW
+convolution with its bias took 0.553 ms, the same convolution in channels-last order without the bias 0.138 ms
+(docs/benchmarks.md §4c3). torch.compile gets there with three kernels: the input copied to channels-last in
+Triton, cuDNN's NHWC implicit GEMM without bias, and one Triton kernel adding the biases and writing NCHW.
+
+The edit writes that program::
+
+    y = F.conv2d(_ksmith_channels_last(x), _ksmith_channels_last(weight), None, <the other arguments>)
+
+where ``_ksmith_channels_last`` copies a 4-D tensor to channels-last order in one tiled Triton kernel (torch's
+own copy of that input was three times slower). What follows depends on who reads ``y``:
+
+- **an epilogue kernel it recognises** -- ``out = torch.empty_like(y)``, then one launch of a kernel of straight-
+  line statements whose only store writes ``out`` at the index it reads ``y`` at, ``plane * hw + offs``, and
+  whose other loads are per-channel vectors read at ``plane % channels`` (a bias, a scale): that kernel is
+  replaced by one over ``(positions, channels, sample)`` tiles that reads ``y`` in its own order, adds the
+  convolution's bias, applies the epilogue's expression (inlined from the old kernel, the per-channel vectors
+  broadcast along the positions) and writes ``out`` in NCHW order. ``out`` is allocated contiguous.
+- **anything else**: ``y`` is made NCHW again, with the bias, by one more Triton kernel
+  (``_ksmith_conv_output``), so every later reader sees the tensor it saw before.
+
+The convolution's output keeps the input's dtype, so the bias is added in fp32 and rounded to that dtype, as
+cuDNN's own epilogue does. The edit is offered once per convolution whose input is not already converted,
+where the module imports ``torch``, ``triton`` and ``triton.language as tl``. Whether it pays is the
+evaluator's verdict; the new kernels' blocks and warps are ordinary launch edits afterwards.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import libcst as cst
+
+from ksmith_mutate.source_model import (
+    KernelDef,
+    LaunchSite,
+    SourceModel,
+    dotted_name,
+    is_tl_call,
+    keyword_value,
+    name_of,
+    pointer_arg,
+    walk,
+)
+from ksmith_mutate.tma import _code, _launch_argument
+from ksmith_mutate.whole_row import _imports
+
+Pairs = list[tuple[cst.CSTNode, cst.CSTNode]]
+
+CONV_FUNCTIONS = ("F.conv2d", "torch.conv2d", "torch.nn.functional.conv2d", "nn.functional.conv2d")
+# F.conv2d(input, weight, bias, stride, padding, dilation, groups): the positions of the arguments rewritten.
+INPUT, WEIGHT, BIAS = 0, 1, 2
+TO_CHANNELS_LAST = "_ksmith_channels_last"
+TO_NCHW = "_ksmith_conv_output"
+SIZE_READS = ("shape", "size", "numel", "device", "dtype", "dim", "ndim")
+TILE = 64  # channels and positions of one program's tile, before any block edit
+
+CHANNELS_LAST_SOURCE = f"""
+@triton.jit
+def {TO_CHANNELS_LAST}_kernel(x_ptr, out_ptr, channels, hw, BLOCK_C: tl.constexpr, BLOCK_P: tl.constexpr):
+    # Grid: (blocks of positions, blocks of channels, samples). A tile of NCHW rows is read along the positions
+    # and written along the channels (Triton moves it through shared memory, so both sides are coalesced).
+    sample = tl.program_id(2).to(tl.int64)
+    pos = tl.program_id(0) * BLOCK_P + tl.arange(0, BLOCK_P)
+    chan = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    mask = (chan[:, None] < channels) & (pos[None, :] < hw)
+    base = sample * channels * hw
+    tile = tl.load(x_ptr + base + chan[:, None] * hw + pos[None, :], mask=mask)
+    tl.store(out_ptr + base + pos[None, :] * channels + chan[:, None], tile, mask=mask)
+
+
+def {TO_CHANNELS_LAST}(t):
+    # The same values in channels-last (NHWC) memory order, for cuDNN's NHWC convolutions.
+    t = t.contiguous()
+    n, c, h, w = t.shape
+    out = torch.empty((n, h, w, c), device=t.device, dtype=t.dtype).permute(0, 3, 1, 2)
+    grid = lambda meta: (triton.cdiv(h * w, meta["BLOCK_P"]), triton.cdiv(c, meta["BLOCK_C"]), n)
+    {TO_CHANNELS_LAST}_kernel[grid](t, out, c, h * w, BLOCK_C={TILE}, BLOCK_P={TILE}, num_warps=4)
+    return out
+"""
+
+# Reads a tile of the convolution's output through its strides (channels-last or not: both have
+# stride(2) == width * stride(3)), adds the bias the convolution no longer adds, and writes NCHW.
+_TILE_PROLOGUE = """\
+    sample = tl.program_id(2).to(tl.int64)
+    pos = tl.program_id(0) * BLOCK_P + tl.arange(0, BLOCK_P)
+    chan = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    chan_mask = chan < n_channels
+    tile_mask = chan_mask[:, None] & (pos[None, :] < hw_size)
+    value = tl.load({y} + sample * stride_n + chan[:, None] * stride_c + pos[None, :] * stride_p, mask=tile_mask)
+    if HAS_CONV_BIAS:
+        conv_bias = tl.load(conv_bias_ptr + chan, mask=chan_mask).to(tl.float32)
+        value = (value.to(tl.float32) + conv_bias[:, None]).to({y}.dtype.element_ty)
+"""
+_TILE_STORE = (
+    "    tl.store({out} + sample * n_channels * hw_size + chan[:, None] * hw_size + pos[None, :], {value}, "
+    "mask=tile_mask)\n"
+)
+# Names the tile kernels use for themselves; an epilogue kernel whose parameters use one is left alone.
+RESERVED = frozenset(
+    {
+        "sample",
+        "pos",
+        "chan",
+        "chan_mask",
+        "tile_mask",
+        "value",
+        "result",
+        "conv_bias",
+        "conv_bias_ptr",
+        "n_channels",
+    }
+    | {"hw_size", "stride_n", "stride_c", "stride_p", "HAS_CONV_BIAS", "BLOCK_C", "BLOCK_P", "tl", "triton"}
+)
+
+TO_NCHW_SOURCE = (
+    f"""
+@triton.jit
+def {TO_NCHW}_kernel(
+    y_ptr, conv_bias_ptr, out_ptr, n_channels, hw_size, stride_n, stride_c, stride_p,
+    HAS_CONV_BIAS: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_P: tl.constexpr,
+):
+    # Grid: (blocks of positions, blocks of channels, samples).
+"""
+    + _TILE_PROLOGUE.format(y="y_ptr")
+    + _TILE_STORE.format(out="out_ptr", value="value")
+    + f"""
+
+def {TO_NCHW}(y, bias):
+    # The convolution's (channels-last) output as a contiguous NCHW tensor, plus the bias it did not add.
+    n, c, h, w = y.shape
+    out = torch.empty((n, c, h, w), device=y.device, dtype=y.dtype)
+    grid = lambda meta: (triton.cdiv(h * w, meta["BLOCK_P"]), triton.cdiv(c, meta["BLOCK_C"]), n)
+    {TO_NCHW}_kernel[grid](
+        y, bias if bias is not None else y, out, c, h * w, y.stride(0), y.stride(1), y.stride(3),
+        HAS_CONV_BIAS=bias is not None, BLOCK_C={TILE}, BLOCK_P={TILE}, num_warps=4,
+    )
+    return out
+"""
+)
+
+
+def conv_layout_changes(model: SourceModel) -> Iterator[tuple[str, Pairs, dict]]:
+    """(description, pairs, detail) for each ``F.conv2d`` call in a wrapper function that the edit applies to."""
+    if not (
+        _imports(model.module, "torch") and _imports(model.module, "triton") and _imports_tl(model.module)
+    ):
+        return
+    anchor = _last_import(model.module)
+    if anchor is None or TO_CHANNELS_LAST in model.module.code:
+        return  # already rewritten once: the helpers are module-wide
+    for body, index, target, call in _conv_assignments(model):
+        arguments = _conv_arguments(call)
+        if arguments is None:
+            continue
+        bias = arguments.get(BIAS)
+        new_conv = _bias_free_channels_last(call)
+        fused = _epilogue_rewrite(model, body, index, target, bias)
+        helpers = _statements(CHANNELS_LAST_SOURCE)
+        if fused is not None:
+            kernel, launch, allocation, new_kernel, new_launch, new_allocation = fused
+            launched_elsewhere = sum(s.kernel == kernel.name for s in model.launches) > 1
+            pairs: Pairs = [
+                (call, new_conv),
+                (allocation, new_allocation),
+                (launch, new_launch),
+                (anchor, cst.FlattenSentinel([anchor, *helpers])),
+                (
+                    kernel.node,
+                    cst.FlattenSentinel([kernel.node, new_kernel]) if launched_elsewhere else new_kernel,
+                ),
+            ]
+            description = (
+                f"{target} = conv2d in channels-last order without its bias (layout copies in Triton); "
+                f"{kernel.name}'s epilogue adds the bias and writes NCHW from that order"
+            )
+            yield description, pairs, {"direction": "up", "fused": kernel.name}
+        else:
+            helpers += _statements(TO_NCHW_SOURCE)
+            bias_code = _code(bias) if bias is not None else "None"
+            wrapped = cst.parse_expression(f"{TO_NCHW}({_code(new_conv)}, {bias_code})")
+            pairs = [(call, wrapped), (anchor, cst.FlattenSentinel([anchor, *helpers]))]
+            description = (
+                f"{target} = conv2d in channels-last order without its bias (layout copies in Triton), "
+                "then NCHW again with the bias in one Triton kernel"
+            )
+            yield description, pairs, {"direction": "up", "fused": None}
+
+
+def _imports_tl(module: cst.Module) -> bool:
+    """Whether the module has ``import triton.language as tl`` at its top level."""
+    for statement in module.body:
+        if isinstance(statement, cst.SimpleStatementLine):
+            for small in statement.body:
+                if isinstance(small, cst.Import) and any(
+                    dotted_name(alias.name) == "triton.language"
+                    and alias.asname is not None
+                    and name_of(alias.asname.name) == "tl"
+                    for alias in small.names
+                ):
+                    return True
+    return False
+
+
+def _last_import(module: cst.Module) -> cst.SimpleStatementLine | None:
+    """The module's last top-level import line: the helpers go after it (an import holds nothing else an
+    edit replaces)."""
+    last = None
+    for statement in module.body:
+        if isinstance(statement, cst.SimpleStatementLine) and all(
+            isinstance(small, (cst.Import, cst.ImportFrom)) for small in statement.body
+        ):
+            last = statement
+    return last
+
+
+def _statements(source: str) -> list[cst.BaseStatement]:
+    nodes = list(cst.parse_module(source.strip() + "\n").body)
+    return [nodes[0].with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()]), *nodes[1:]]
+
+
+def _conv_assignments(
+    model: SourceModel,
+) -> Iterator[tuple[list[cst.BaseStatement], int, str, cst.Call]]:
+    """(function body, statement index, target name, call) of each ``y = F.conv2d(...)`` at the top level of a
+    function that is not a Triton kernel."""
+    for node in walk(model.module):
+        if not isinstance(node, cst.FunctionDef) or node.name.value in model.kernels:
+            continue
+        if not isinstance(node.body, cst.IndentedBlock):
+            continue
+        body = list(node.body.body)
+        for index, line in enumerate(body):
+            if not isinstance(line, cst.SimpleStatementLine) or len(line.body) != 1:
+                continue
+            small = line.body[0]
+            if not (isinstance(small, cst.Assign) and len(small.targets) == 1):
+                continue
+            target = name_of(small.targets[0].target)
+            value = small.value
+            if target and isinstance(value, cst.Call) and dotted_name(value.func) in CONV_FUNCTIONS:
+                yield body, index, target, value
+
+
+def _conv_arguments(call: cst.Call) -> dict[int, cst.BaseExpression] | None:
+    """The input, weight and (when given, not a literal ``None``) bias of a conv2d call; ``None`` where the call
+    passes ``*args`` / ``**kwargs`` or lacks its input or weight, or its input is already converted."""
+    if any(arg.star for arg in call.args):
+        return None
+    found: dict[int, cst.BaseExpression] = {}
+    positional = [arg.value for arg in call.args if arg.keyword is None]
+    for position, name in ((INPUT, "input"), (WEIGHT, "weight"), (BIAS, "bias")):
+        value = positional[position] if position < len(positional) else keyword_value(call, name)
+        if value is not None and not (isinstance(value, cst.Name) and value.value == "None"):
+            found[position] = value
+    if INPUT not in found or WEIGHT not in found:
+        return None
+    converted = found[INPUT]
+    if isinstance(converted, cst.Call) and dotted_name(converted.func) == TO_CHANNELS_LAST:
+        return None
+    return found
+
+
+def _bias_free_channels_last(call: cst.Call) -> cst.Call:
+    """The conv2d call with its input and weight converted to channels-last and its bias ``None``."""
+    args = list(call.args)
+    positional = [i for i, arg in enumerate(args) if arg.keyword is None]
+
+    def convert(value: cst.BaseExpression) -> cst.BaseExpression:
+        return cst.parse_expression(f"{TO_CHANNELS_LAST}({_code(value)})")
+
+    for position, name in ((INPUT, "input"), (WEIGHT, "weight"), (BIAS, "bias")):
+        if position < len(positional):
+            i = positional[position]
+        else:
+            matches = [
+                i for i, arg in enumerate(args) if arg.keyword is not None and arg.keyword.value == name
+            ]
+            if not matches:
+                continue
+            i = matches[0]
+        new_value = cst.Name("None") if position == BIAS else convert(args[i].value)
+        args[i] = args[i].with_changes(value=new_value)
+    return call.with_changes(args=args)
+
+
+def _epilogue_rewrite(
+    model: SourceModel,
+    body: list[cst.BaseStatement],
+    index: int,
+    target: str,
+    bias: cst.BaseExpression | None,
+) -> tuple[KernelDef, cst.Call, cst.Call, cst.FunctionDef, cst.Call, cst.Call] | None:
+    """(kernel, its launch, the output's allocation, and their replacements) where the convolution's only
+    reader is an epilogue kernel this edit can fold; ``None`` otherwise."""
+    rest = body[index + 1 :]
+    allocation = out_name = None
+    for line in rest:
+        if isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1:
+            small = line.body[0]
+            if (
+                isinstance(small, cst.Assign)
+                and len(small.targets) == 1
+                and isinstance(small.value, cst.Call)
+                and dotted_name(small.value.func) == "torch.empty_like"
+                and len(small.value.args) == 1
+                and name_of(small.value.args[0].value) == target
+            ):
+                allocation, out_name = small.value, name_of(small.targets[0].target)
+                break
+    if allocation is None or out_name is None:
+        return None
+    in_rest = {id(n) for line in rest for n in walk(line)}
+    sites = [s for s in model.launches if id(s.call) in in_rest]
+    for site in sites:
+        kernel = model.kernel_for(site)
+        if kernel is None or kernel.autotuned:
+            continue
+        y_param = _param_passed(site, kernel, target)
+        out_param = _param_passed(site, kernel, out_name)
+        if y_param is None or out_param is None or not _only_shape_reads(rest, target, allocation, site.call):
+            continue
+        epilogue = _epilogue(kernel, y_param, out_param)
+        if epilogue is None:
+            continue
+        value, pointers, scalars = epilogue
+        new_kernel = _fused_kernel(model, kernel, y_param, out_param, value, pointers, scalars)
+        new_launch = _fused_launch(
+            site, kernel, new_kernel.name.value, target, out_name, bias, pointers, scalars
+        )
+        if new_launch is None:
+            continue
+        contiguous = cst.parse_expression(
+            f"torch.empty_like({target}, memory_format=torch.contiguous_format)"
+        )
+        return kernel, site.call, allocation, new_kernel, new_launch, contiguous  # type: ignore[return-value]
+    return None
+
+
+def _param_passed(site: LaunchSite, kernel: KernelDef, name: str) -> str | None:
+    """The kernel parameter the launch passes the variable ``name`` for (exactly one), or ``None``."""
+    params = [p for p in kernel.params if name_of(_launch_argument(site, kernel, p) or cst.Name("_")) == name]
+    return params[0] if len(params) == 1 else None
+
+
+def _only_shape_reads(
+    rest: list[cst.BaseStatement], target: str, allocation: cst.Call, launch: cst.Call
+) -> bool:
+    """Whether the statements after the convolution read ``target`` only for its size (``.shape``, ``.size()``,
+    ``.numel()``, ``.device``, ``.dtype``), in the output's allocation and in the launch, and never rebind it:
+    those are the readers that do not mind the output's memory order."""
+    for line in rest:
+        nodes = list(walk(line))
+        allowed = {id(n.attr) for n in nodes if isinstance(n, cst.Attribute)}
+        allowed |= {id(n.keyword) for n in nodes if isinstance(n, cst.Arg) and n.keyword is not None}
+        for node in nodes:
+            if node is allocation or node is launch:
+                allowed |= {id(n) for n in walk(node)}
+            elif (
+                isinstance(node, cst.Attribute)
+                and name_of(node.value) == target
+                and node.attr.value in SIZE_READS
+            ):
+                allowed.add(id(node.value))
+            elif isinstance(node, (cst.AssignTarget, cst.AugAssign, cst.AnnAssign)):
+                if any(isinstance(n, cst.Name) and n.value == target for n in walk(node.target)):
+                    return False
+        if any(isinstance(n, cst.Name) and n.value == target and id(n) not in allowed for n in nodes):
+            return False
+    return True
+
+
+class _Inline(cst.CSTTransformer):
+    """Replaces each name assigned in the kernel by its value, parenthesised, until only parameters remain.
+    An attribute's name and a keyword argument's name are not variables: they stay as written."""
+
+    def __init__(self, values: dict[str, cst.BaseExpression]) -> None:
+        super().__init__()
+        self.values = values
+        self.depth = 0
+
+    def leave_Attribute(self, original_node: cst.Attribute, updated_node: cst.Attribute) -> cst.Attribute:
+        return updated_node.with_changes(attr=original_node.attr)
+
+    def leave_Arg(self, original_node: cst.Arg, updated_node: cst.Arg) -> cst.Arg:
+        return updated_node.with_changes(keyword=original_node.keyword)
+
+    def leave_Name(self, original_node: cst.Name, updated_node: cst.Name) -> cst.BaseExpression:
+        value = self.values.get(original_node.value)
+        if value is None:
+            return updated_node
+        self.depth += 1
+        if self.depth > 32:
+            raise RecursionError("inlining does not end")
+        inlined = value.visit(self)
+        self.depth -= 1
+        return inlined.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+
+
+def _bare(node: cst.BaseExpression) -> cst.BaseExpression:
+    """The expression without its own parentheses."""
+    return node.with_changes(lpar=[], rpar=[]) if getattr(node, "lpar", None) else node
+
+
+def _terms(node: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """The terms of a sum, parenthesised sums opened (``p + (a * b + c)`` -> ``p``, ``a * b``, ``c``)."""
+    node = _bare(node)
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Add):
+        return _terms(node.left) + _terms(node.right)
+    return [node]
+
+
+def _offset_terms(
+    address: cst.BaseExpression | None, pointer: str | None = None
+) -> tuple[str, list[str]] | None:
+    """(pointer, the code of each other term) of an address ``pointer + term + ...`` whose first term is a
+    name (``pointer``, when given); ``None`` otherwise."""
+    if address is None:
+        return None
+    terms = _terms(address)
+    base = name_of(terms[0])
+    if base is None or (pointer is not None and base != pointer) or len(terms) < 2:
+        return None
+    return base, [_code(t).strip() for t in terms[1:]]
+
+
+def _epilogue(
+    kernel: KernelDef, y_param: str, out_param: str
+) -> tuple[cst.BaseExpression, list[str], list[str]] | None:
+    """The stored value as an expression of the convolution's value (``value``) and per-channel vectors
+    (``tl.load(p + chan, mask=chan_mask)[:, None]``), the per-channel pointers and the scalars it reads;
+    ``None`` where the kernel is not a per-element epilogue of ``y_param`` into ``out_param``."""
+    body = kernel.node.body
+    if not isinstance(body, cst.IndentedBlock) or len(kernel.stores) != 1:
+        return None
+    values: dict[str, cst.BaseExpression] = {}
+    for line in body.body:
+        if not isinstance(line, cst.SimpleStatementLine):
+            return None
+        for small in line.body:
+            if isinstance(small, cst.Expr) and is_tl_call(small.value, "store"):
+                continue
+            if not (isinstance(small, cst.Assign) and len(small.targets) == 1):
+                return None
+            name = name_of(small.targets[0].target)
+            if name is None or name in values or name in kernel.params:
+                return None
+            values[name] = small.value
+    store = kernel.stores[0]
+    stored = keyword_value(store, "value")
+    positional = [arg.value for arg in store.args if arg.keyword is None]
+    if stored is None and len(positional) >= 2:
+        stored = positional[1]
+    address = pointer_arg(store)
+    if address is None or stored is None:
+        return None
+    inline = _Inline(values)
+    try:
+        store_offset = _offset_terms(address.visit(inline), out_param)
+        value = stored.visit(inline)
+    except RecursionError:
+        return None
+    # out + plane * hw + offs: the plane is what the per-channel loads take modulo the channels.
+    if store_offset is None:
+        return None
+    offset = store_offset[1]
+    products = [cst.parse_expression(t) for t in offset]
+    products = [
+        p for p in products if isinstance(p, cst.BinaryOperation) and isinstance(p.operator, cst.Multiply)
+    ]
+    planes = {_code(_bare(side)).strip() for p in products for side in (p.left, p.right)}
+    index_names = {n for t in offset for n in _variables(cst.parse_expression(t))}
+    pointers: list[str] = []
+    replacements: dict[int, cst.BaseExpression] = {}
+    for node in walk(value):
+        if not is_tl_call(node, "load"):
+            continue
+        load = _offset_terms(pointer_arg(node))  # type: ignore[arg-type]
+        if load is None:
+            return None
+        base, terms = load
+        if base == y_param and terms == offset:
+            replacements[id(node)] = cst.Name("value")
+            continue
+        channel = cst.parse_expression(terms[0]) if len(terms) == 1 else None
+        if (
+            base in (y_param, out_param)
+            or base not in kernel.params
+            or not isinstance(channel, cst.BinaryOperation)
+            or not isinstance(channel.operator, cst.Modulo)
+            or _code(_bare(channel.left)).strip() not in planes
+            or name_of(channel.right) not in kernel.params
+        ):
+            return None
+        replacements[id(node)] = cst.parse_expression(f"tl.load({base} + chan, mask=chan_mask)[:, None]")
+        pointers.append(base)
+    if not any(isinstance(r, cst.Name) for r in replacements.values()):
+        return None  # the value does not read the convolution's output
+    value = value.visit(_ByIdentity(replacements))
+    if any(is_tl_call(n, "program_id", "num_programs", "arange") for n in walk(value)):
+        return None
+    reads = _variables(value) - {"tl", "value", "chan", "chan_mask"}
+    if reads - set(kernel.params) or reads & index_names or set(kernel.params) & RESERVED:
+        return None
+    pointers = list(dict.fromkeys(pointers))
+    scalars = [p for p in kernel.params if p in reads and p not in pointers and p != out_param]
+    return value, pointers, scalars
+
+
+def _variables(node: cst.CSTNode) -> set[str]:
+    """The variables an expression reads: not an attribute's or a keyword argument's name, not a constant."""
+    nodes = list(walk(node))
+    names = {id(n.attr) for n in nodes if isinstance(n, cst.Attribute)}
+    names |= {id(n.keyword) for n in nodes if isinstance(n, cst.Arg) and n.keyword is not None}
+    found = {n.value for n in nodes if isinstance(n, cst.Name) and id(n) not in names}
+    return found - {"None", "True", "False"}
+
+
+class _ByIdentity(cst.CSTTransformer):
+    def __init__(self, replacements: dict[int, cst.BaseExpression]) -> None:
+        super().__init__()
+        self.replacements = replacements
+
+    def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode) -> cst.CSTNode:
+        return self.replacements.get(id(original_node), updated_node)
+
+
+def _fused_kernel(
+    model: SourceModel,
+    kernel: KernelDef,
+    y_param: str,
+    out_param: str,
+    value: cst.BaseExpression,
+    pointers: list[str],
+    scalars: list[str],
+) -> cst.FunctionDef:
+    taken = set(model.kernels)
+    name, n = f"{kernel.name}_channels_last", 1
+    while name in taken:
+        n += 1
+        name = f"{kernel.name}_channels_last_{n}"
+    constexprs = [s for s in scalars if s in kernel.constexpr_params]
+    plain = [s for s in scalars if s not in kernel.constexpr_params]
+    params = ", ".join(
+        [y_param, out_param, "conv_bias_ptr", *pointers, *plain]
+        + ["n_channels", "hw_size", "stride_n", "stride_c", "stride_p"]
+        + [f"{p}: tl.constexpr" for p in ["HAS_CONV_BIAS", "BLOCK_C", "BLOCK_P", *constexprs]]
+    )
+    source = (
+        f"@triton.jit\ndef {name}({params}):\n"
+        f"    # {kernel.name}'s epilogue over (positions, channels, sample) tiles of the convolution's output, read\n"
+        "    # in its own (channels-last) order; the result is written in NCHW order.\n"
+        + _TILE_PROLOGUE.format(y=y_param)
+        + f"    result = {_code(value)}\n"
+        + _TILE_STORE.format(out=out_param, value="result")
+    )
+    (node,) = cst.parse_module(source).body
+    return node.with_changes(leading_lines=kernel.node.leading_lines)  # type: ignore[return-value]
+
+
+def _fused_launch(
+    site: LaunchSite,
+    kernel: KernelDef,
+    name: str,
+    target: str,
+    out_name: str,
+    bias: cst.BaseExpression | None,
+    pointers: list[str],
+    scalars: list[str],
+) -> cst.Call | None:
+    passed: dict[str, str] = {}
+    for param in [*pointers, *scalars]:
+        argument = _launch_argument(site, kernel, param)
+        if argument is None:
+            return None
+        passed[param] = _code(argument)
+    constexprs = [s for s in scalars if s in kernel.constexpr_params]
+    plain = [s for s in scalars if s not in kernel.constexpr_params]
+    y = target
+    if bias is None:
+        conv_bias, has_bias = y, "False"
+    else:
+        code = _code(bias)
+        conv_bias, has_bias = f"{code} if {code} is not None else {y}", f"{code} is not None"
+    grid = (
+        f'lambda meta: (triton.cdiv({y}.shape[2] * {y}.shape[3], meta["BLOCK_P"]), '
+        f'triton.cdiv({y}.shape[1], meta["BLOCK_C"]), {y}.shape[0])'
+    )
+    arguments = ", ".join(
+        [y, out_name, conv_bias, *(passed[p] for p in pointers), *(passed[p] for p in plain)]
+        + [
+            f"{y}.shape[1]",
+            f"{y}.shape[2] * {y}.shape[3]",
+            f"{y}.stride(0)",
+            f"{y}.stride(1)",
+            f"{y}.stride(3)",
+        ]
+        + [f"HAS_CONV_BIAS={has_bias}", f"BLOCK_C={TILE}", f"BLOCK_P={TILE}"]
+        + [f"{c}={passed[c]}" for c in constexprs]
+        + ["num_warps=4"]
+    )
+    return cst.parse_expression(f"{name}[{grid}]({arguments})")  # type: ignore[return-value]

@@ -1,0 +1,199 @@
+"""The ``conv_layout`` edit: a convolution in NCHW order with its bias becomes a bias-free channels-last one,
+the layout copies in Triton; an epilogue kernel it recognises is folded into the write back to NCHW, any other
+reader gets the NCHW tensor it had. Run under the Triton interpreter against the suite's conv2d_bias_relu and
+against problems written here (no convolution bias, a scalar in the epilogue, readers the edit must not fold)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from ksmith_mutate.conv_layout import TO_CHANNELS_LAST, TO_NCHW
+from ksmith_mutate.edits import possible_edits
+
+from .conftest import KernelChecker, import_file
+
+PROBLEMS = Path(__file__).resolve().parents[2] / "plugins" / "ksmith_problems" / "problems"
+SEED = (PROBLEMS / "pooling" / "conv2d_bias_relu.seed.py").read_text(encoding="utf-8")
+FP16 = 1e-2  # the checker's relative error for a half-precision output
+
+
+def _conv_layout(source: str):
+    return [e for e in possible_edits(source, ("conv_layout",)) if e.kind == "conv_layout"]
+
+
+def test_the_shipped_seed_gets_a_channels_last_convolution_and_its_epilogue_folded(tmp_path):
+    checker = KernelChecker("conv2d_bias_relu", tmp_path, PROBLEMS / "pooling")
+    (edit,) = _conv_layout(SEED)
+    assert edit.detail == {"direction": "up", "fused": "_bias_relu_kernel"}
+    source = edit.source
+    assert (
+        f"F.conv2d({TO_CHANNELS_LAST}(x), {TO_CHANNELS_LAST}(self.conv.weight), None, padding=self.conv.padding)"
+        in source
+    )
+    assert "torch.empty_like(y, memory_format=torch.contiguous_format)" in source
+    assert "def _bias_relu_kernel(" not in source, "the old epilogue kernel, launched once, is replaced"
+    assert "_bias_relu_kernel_channels_last[" in source and TO_NCHW not in source
+    assert "HAS_CONV_BIAS=self.conv.bias is not None" in source
+    assert checker.max_error(source) < FP16
+    # Also at sizes that fill no tile: channels and positions that do not divide 64.
+    for key, value in {
+        "batch_size": 3,
+        "in_channels": 5,
+        "out_channels": 70,
+        "height": 9,
+        "width": 13,
+    }.items():
+        setattr(checker.problem, key, value)
+    assert checker.max_error(source) < FP16
+    assert not _conv_layout(source), "an edited convolution is not offered again"
+
+
+def test_the_convolution_really_runs_channels_last_and_without_its_bias(tmp_path, monkeypatch):
+    """What the edit is for: cuDNN gets channels-last tensors and no bias (the bias is the epilogue's)."""
+    (edit,) = _conv_layout(SEED)
+    path = tmp_path / "edited.py"
+    path.write_text(edit.source, encoding="utf-8")
+    module = import_file(path, "_conv_layout_edited")
+    seen = []
+    real = F.conv2d
+
+    def spy(x, weight, bias=None, *args, **kwargs):
+        seen.append(
+            (
+                x.is_contiguous(memory_format=torch.channels_last),
+                weight.is_contiguous(memory_format=torch.channels_last),
+                bias,
+            )
+        )
+        return real(x, weight, bias, *args, **kwargs)
+
+    monkeypatch.setattr(module.F, "conv2d", spy)
+    device = "cuda" if torch.cuda.is_available() else "cpu"  # the interpreter runs Triton on the CPU
+    model = module.ModelNew(4, 6, 3).to(device)
+    with torch.no_grad():
+        out = model(torch.randn(2, 4, 10, 12, dtype=torch.float16, device=device))
+    assert seen == [(True, True, None)]
+    assert out.is_contiguous(), "the output is NCHW, as the reference's is"
+
+
+def test_a_wrong_write_order_is_caught(tmp_path):
+    """The check can fail: the folded epilogue writing in channels-last order instead of NCHW is wrong."""
+    checker = KernelChecker("conv2d_bias_relu", tmp_path, PROBLEMS / "pooling")
+    (edit,) = _conv_layout(SEED)
+    nchw = "out_ptr + sample * n_channels * hw_size + chan[:, None] * hw_size + pos[None, :]"
+    broken = edit.source.replace(
+        nchw, "out_ptr + sample * n_channels * hw_size + pos[None, :] * n_channels + chan[:, None]"
+    )
+    assert broken != edit.source
+    assert not checker.max_error(broken) < FP16
+
+
+PROBLEM = """
+import torch
+import torch.nn as nn
+
+batch_size, in_channels, out_channels, height, width = 2, 3, 5, 7, 6
+KSMITH_SMALL = {"batch_size": 2, "in_channels": 3, "out_channels": 5, "height": 7, "width": 6}
+KSMITH_ALLOWED_OPS = ["aten.convolution"]
+
+
+class Model(nn.Module):
+    def __init__(self, in_channels, out_channels):
+        super().__init__()
+        self.conv = nn.Conv2d(in_channels, out_channels, 3, stride=2, padding=1, bias=False)
+        self.scale = nn.Parameter(torch.randn(out_channels, 1, 1))
+
+    def forward(self, x):
+        return torch.sigmoid(self.conv(x) * self.scale * 0.5)
+
+
+def get_inputs():
+    return [torch.randn(batch_size, in_channels, height, width)]
+
+
+def get_init_inputs():
+    return [in_channels, out_channels]
+"""
+
+CANDIDATE = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _scale_sigmoid(y_ptr, scale_ptr, out_ptr, channels, hw, alpha, BLOCK: tl.constexpr):
+    plane = tl.program_id(0).to(tl.int64)
+    offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < hw
+    y = tl.load(y_ptr + plane * hw + offs, mask=mask)
+    scale = tl.load(scale_ptr + plane % channels)
+    tl.store(out_ptr + plane * hw + offs, tl.sigmoid(y * scale * alpha), mask=mask)
+
+
+class ModelNew(nn.Module):
+    def __init__(self, in_channels, out_channels):
+        super().__init__()
+        self.conv = nn.Conv2d(in_channels, out_channels, 3, stride=2, padding=1, bias=False)
+        self.scale = nn.Parameter(torch.randn(out_channels, 1, 1))
+
+    def forward(self, x):
+        y = F.conv2d(x, self.conv.weight, self.conv.bias, stride=self.conv.stride, padding=1)
+        out = torch.empty_like(y)
+        n, c, h, w = y.shape
+        READER
+        return out
+"""
+LAUNCH = "_scale_sigmoid[(n * c, triton.cdiv(h * w, 64))](y, self.scale, out, c, h * w, 0.5, BLOCK=64)"
+
+
+def _problem(tmp_path: Path, launch: str) -> tuple[KernelChecker, str]:
+    (tmp_path / "scaled_conv.py").write_text(PROBLEM, encoding="utf-8")
+    return KernelChecker("scaled_conv", tmp_path, tmp_path), CANDIDATE.replace("READER", launch)
+
+
+def test_no_convolution_bias_a_stride_and_a_scalar_in_the_epilogue(tmp_path):
+    checker, source = _problem(tmp_path, LAUNCH)
+    assert checker.max_error(source) < 1e-5
+    (edit,) = _conv_layout(source)
+    assert edit.detail["fused"] == "_scale_sigmoid"
+    assert (
+        "_scale_sigmoid_channels_last(y_ptr, out_ptr, conv_bias_ptr, scale_ptr, alpha, n_channels"
+        in edit.source
+    )
+    assert "stride=self.conv.stride" in edit.source
+    assert checker.max_error(edit.source) < 1e-5
+
+
+@pytest.mark.parametrize(
+    "kernel_read, after",
+    [
+        # The epilogue reads each row of the output backwards: not the index it writes, so not foldable.
+        ("y_ptr + plane * hw + (hw - 1 - offs)", ""),
+        # The output's values read again after the epilogue (a multiply by one, so still the reference).
+        ("y_ptr + plane * hw + offs", "\n        out = out * (y.sum() * 0 + 1)"),
+    ],
+)
+def test_readers_it_cannot_fold_get_the_nchw_tensor_back(tmp_path, kernel_read, after):
+    checker, source = _problem(tmp_path, LAUNCH + after)
+    source = source.replace("y_ptr + plane * hw + offs, mask", f"{kernel_read}, mask")
+    (edit,) = _conv_layout(source)
+    assert edit.detail["fused"] is None
+    assert (
+        f"y = {TO_NCHW}(F.conv2d({TO_CHANNELS_LAST}(x), {TO_CHANNELS_LAST}(self.conv.weight), None"
+        in edit.source
+    )
+    _, before = checker._run(source)
+    _, edited = checker._run(edit.source)
+    assert torch.allclose(before, edited, atol=1e-5), "the edited program computes what the parent did"
+
+
+def test_a_module_without_triton_language_or_a_conv_call_is_left_alone():
+    assert not _conv_layout(SEED.replace("import triton.language as tl\n", ""))
+    assert not _conv_layout(SEED.replace("F.conv2d(", "F.conv1d("))
