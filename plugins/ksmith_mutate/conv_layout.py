@@ -15,8 +15,9 @@ where ``_ksmith_channels_last`` copies a 4-D tensor to channels-last order in on
 own copy of that input was three times slower). What follows depends on who reads ``y``:
 
 - **an epilogue kernel it recognises** -- ``out = torch.empty_like(y)``, then one launch of a kernel of straight-
-  line statements whose only store writes ``out`` at the index it reads ``y`` at, ``plane * hw + offs``, and
-  whose other loads are per-channel vectors read at ``plane % channels`` (a bias, a scale): that kernel is
+  line statements whose only store writes ``out`` at the index it reads ``y`` at (``plane * hw + offs``, or a
+  flat ``offs`` over all elements), and whose other loads are per-channel vectors read at ``plane % channels``
+  (``(offs // hw) % channels`` for a flat index; a bias, a scale): that kernel is
   replaced by one over ``(positions, channels, sample)`` tiles that reads ``y`` in its own order, adds the
   convolution's bias, applies the epilogue's expression (inlined from the old kernel, the per-channel vectors
   broadcast along the positions) and writes ``out`` in NCHW order. ``out`` is allocated contiguous.
@@ -464,7 +465,8 @@ def _epilogue(
         value = stored.visit(inline)
     except RecursionError:
         return None
-    # out + plane * hw + offs: the plane is what the per-channel loads take modulo the channels.
+    # out + plane * hw + offs, or out + offs over all elements: the plane (plane, or offs // hw) is what the
+    # per-channel loads take modulo the channels.
     if store_offset is None:
         return None
     offset = store_offset[1]
@@ -492,7 +494,7 @@ def _epilogue(
             or base not in kernel.params
             or not isinstance(channel, cst.BinaryOperation)
             or not isinstance(channel.operator, cst.Modulo)
-            or _code(_bare(channel.left)).strip() not in planes
+            or not _is_plane(channel.left, planes, offset, kernel.params)
             or name_of(channel.right) not in kernel.params
         ):
             return None
@@ -509,6 +511,21 @@ def _epilogue(
     pointers = list(dict.fromkeys(pointers))
     scalars = [p for p in kernel.params if p in reads and p not in pointers and p != out_param]
     return value, pointers, scalars
+
+
+def _is_plane(node: cst.BaseExpression, planes: set[str], offset: list[str], params: tuple[str, ...]) -> bool:
+    """Whether ``node`` numbers the (sample, channel) plane of the element the kernel stores: a factor of the
+    store's ``plane * hw`` term, or the store's whole flat index divided by a parameter (``offs // hw``, the
+    way a kernel over all elements at once finds its channel)."""
+    node = _bare(node)
+    if _code(node).strip() in planes:
+        return True
+    return (
+        isinstance(node, cst.BinaryOperation)
+        and isinstance(node.operator, cst.FloorDivide)
+        and [_code(t).strip() for t in _terms(node.left)] == offset
+        and name_of(_bare(node.right)) in params
+    )
 
 
 def _variables(node: cst.CSTNode) -> set[str]:

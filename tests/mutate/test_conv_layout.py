@@ -171,6 +171,32 @@ def test_no_convolution_bias_a_stride_and_a_scalar_in_the_epilogue(tmp_path):
     assert checker.max_error(edit.source) < 1e-5
 
 
+FLAT = """
+@triton.jit
+def _flat_epilogue(y_ptr, scale_ptr, out_ptr, n_elements, hw, channels, alpha, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n_elements
+    c = (offs // hw) % channels
+    y = tl.load(y_ptr + offs, mask=mask)
+    s = tl.load(scale_ptr + c, mask=mask)
+    tl.store(out_ptr + offs, tl.sigmoid(y * s * alpha), mask=mask)
+
+
+class ModelNew"""
+
+
+def test_an_epilogue_over_all_elements_at_once_is_folded_too(tmp_path):
+    """The way most hand-written epilogues find their channel: ``(offs // hw) % channels`` of a flat index."""
+    launch = "_flat_epilogue[(triton.cdiv(y.numel(), 64),)](y, self.scale, out, y.numel(), h * w, c, 0.5, BLOCK=64)"
+    checker, source = _problem(tmp_path, launch)
+    source = source.replace("\n\nclass ModelNew", FLAT, 1)
+    assert checker.max_error(source) < 1e-5
+    (edit,) = _conv_layout(source)
+    assert edit.detail["fused"] == "_flat_epilogue"
+    assert "tl.load(scale_ptr + chan, mask=chan_mask)[:, None]" in edit.source
+    assert checker.max_error(edit.source) < 1e-5
+
+
 @pytest.mark.parametrize(
     "kernel_read, after",
     [
