@@ -7,7 +7,8 @@ convolution with its bias took 0.553 ms, the same convolution in channels-last o
 (docs/benchmarks.md §4c3). torch.compile gets there with three kernels: the input copied to channels-last in
 Triton, cuDNN's NHWC implicit GEMM without bias, and one Triton kernel adding the biases and writing NCHW.
 
-The edit writes that program::
+The edit writes that program (a call of an ``nn.Conv2d`` module with zero padding, ``y = self.conv(x)``,
+is read as the ``F.conv2d`` call it makes)::
 
     y = F.conv2d(_ksmith_channels_last(x), _ksmith_channels_last(weight), None, <the other arguments>)
 
@@ -154,12 +155,12 @@ def conv_layout_changes(model: SourceModel) -> Iterator[tuple[str, Pairs, dict]]
     anchor = _last_import(model.module)
     if anchor is None or TO_CHANNELS_LAST in model.module.code:
         return  # already rewritten once: the helpers are module-wide
-    for body, index, target, call in _conv_assignments(model):
-        arguments = _conv_arguments(call)
+    for body, index, target, call, functional in _conv_assignments(model):
+        arguments = _conv_arguments(functional)
         if arguments is None:
             continue
         bias = arguments.get(BIAS)
-        new_conv = _bias_free_channels_last(call)
+        new_conv = _bias_free_channels_last(functional)
         fused = _epilogue_rewrite(model, body, index, target, bias)
         helpers = _statements(CHANNELS_LAST_SOURCE)
         if fused is not None:
@@ -226,25 +227,67 @@ def _statements(source: str) -> list[cst.BaseStatement]:
 
 def _conv_assignments(
     model: SourceModel,
-) -> Iterator[tuple[list[cst.BaseStatement], int, str, cst.Call]]:
-    """(function body, statement index, target name, call) of each ``y = F.conv2d(...)`` at the top level of a
-    function that is not a Triton kernel."""
-    for node in walk(model.module):
-        if not isinstance(node, cst.FunctionDef) or node.name.value in model.kernels:
+) -> Iterator[tuple[list[cst.BaseStatement], int, str, cst.Call, cst.Call]]:
+    """(function body, statement index, target name, the call as written, the same as an ``F.conv2d`` call) of
+    each ``y = F.conv2d(...)``, or ``y = self.conv(x)`` where the class's ``__init__`` makes ``self.conv`` an
+    ``nn.Conv2d`` with zero padding, at the top level of a function that is not a Triton kernel."""
+    for cls in walk(model.module):
+        if not isinstance(cls, (cst.ClassDef, cst.Module)):
             continue
-        if not isinstance(node.body, cst.IndentedBlock):
+        modules = _conv_modules(cls) if isinstance(cls, cst.ClassDef) else set()
+        owned = cls.body.body if isinstance(cls, cst.ClassDef) else cls.body
+        for node in owned:
+            if not isinstance(node, cst.FunctionDef) or node.name.value in model.kernels:
+                continue
+            if not isinstance(node.body, cst.IndentedBlock):
+                continue
+            body = list(node.body.body)
+            for index, line in enumerate(body):
+                if not isinstance(line, cst.SimpleStatementLine) or len(line.body) != 1:
+                    continue
+                small = line.body[0]
+                if not (isinstance(small, cst.Assign) and len(small.targets) == 1):
+                    continue
+                target, value = name_of(small.targets[0].target), small.value
+                if not target or not isinstance(value, cst.Call):
+                    continue
+                if dotted_name(value.func) in CONV_FUNCTIONS:
+                    yield body, index, target, value, value
+                    continue
+                attribute = dotted_name(value.func)
+                if attribute.startswith("self.") and attribute[5:] in modules:
+                    functional = _functional(value, attribute)
+                    if functional is not None:
+                        yield body, index, target, value, functional
+
+
+def _conv_modules(cls: cst.ClassDef) -> set[str]:
+    """Attributes that the class's ``__init__`` sets to an ``nn.Conv2d`` with zero padding (the default)."""
+    found: set[str] = set()
+    for node in cls.body.body:
+        if not (isinstance(node, cst.FunctionDef) and node.name.value == "__init__"):
             continue
-        body = list(node.body.body)
-        for index, line in enumerate(body):
-            if not isinstance(line, cst.SimpleStatementLine) or len(line.body) != 1:
+        for assign in walk(node):
+            if not (isinstance(assign, cst.Assign) and len(assign.targets) == 1):
                 continue
-            small = line.body[0]
-            if not (isinstance(small, cst.Assign) and len(small.targets) == 1):
+            target, value = dotted_name(assign.targets[0].target), assign.value
+            if not (target.startswith("self.") and isinstance(value, cst.Call)):
                 continue
-            target = name_of(small.targets[0].target)
-            value = small.value
-            if target and isinstance(value, cst.Call) and dotted_name(value.func) in CONV_FUNCTIONS:
-                yield body, index, target, value
+            if dotted_name(value.func) not in ("nn.Conv2d", "torch.nn.Conv2d"):
+                continue
+            mode = keyword_value(value, "padding_mode")
+            if mode is None or (isinstance(mode, cst.SimpleString) and mode.evaluated_value == "zeros"):
+                found.add(target[5:])
+    return found
+
+
+def _functional(call: cst.Call, module: str) -> cst.Call | None:
+    """``self.conv(x)`` as the functional call it makes: ``torch.nn.functional.conv2d(x, self.conv.weight,
+    self.conv.bias, self.conv.stride, self.conv.padding, self.conv.dilation, self.conv.groups)``."""
+    if len(call.args) != 1 or call.args[0].keyword is not None or call.args[0].star:
+        return None
+    fields = ", ".join(f"{module}.{f}" for f in ("weight", "bias", "stride", "padding", "dilation", "groups"))
+    return cst.parse_expression(f"torch.nn.functional.conv2d({_code(call.args[0].value)}, {fields})")  # type: ignore[return-value]
 
 
 def _conv_arguments(call: cst.Call) -> dict[int, cst.BaseExpression] | None:

@@ -80,6 +80,25 @@ def test_the_convolution_really_runs_channels_last_and_without_its_bias(tmp_path
     assert out.is_contiguous(), "the output is NCHW, as the reference's is"
 
 
+def test_a_convolution_module_called_in_forward_is_rewritten_alike(tmp_path):
+    """``y = self.conv(x)``, as most hand-written candidates call it: the same program as for ``F.conv2d``."""
+    checker = KernelChecker("conv2d_bias_relu", tmp_path, PROBLEMS / "pooling")
+    called = SEED.replace(
+        "F.conv2d(x, self.conv.weight, self.conv.bias, padding=self.conv.padding)", "self.conv(x)"
+    )
+    assert called != SEED and checker.max_error(called) < FP16
+    (edit,) = _conv_layout(called)
+    assert edit.detail["fused"] == "_bias_relu_kernel"
+    assert (
+        f"torch.nn.functional.conv2d({TO_CHANNELS_LAST}(x), {TO_CHANNELS_LAST}(self.conv.weight), None, "
+        "self.conv.stride, self.conv.padding, self.conv.dilation, self.conv.groups)" in edit.source
+    )
+    assert checker.max_error(edit.source) < FP16
+    # A padding other than zeros is not what a plain conv2d call computes: left alone.
+    reflect = called.replace("padding=kernel_size // 2,", 'padding=kernel_size // 2, padding_mode="reflect",')
+    assert reflect != called and not _conv_layout(reflect)
+
+
 def test_a_wrong_write_order_is_caught(tmp_path):
     """The check can fail: the folded epilogue writing in channels-last order instead of NCHW is wrong."""
     checker = KernelChecker("conv2d_bias_relu", tmp_path, PROBLEMS / "pooling")
