@@ -12,10 +12,19 @@ and its parts, in each of these conditions:
 * ``contexts``: four processes creating CUDA contexts one after another, as spare workers do (the driver's
   locks, and the CPU that context creation takes);
 * ``cpu+contexts``: both;
+* ``alloc``: four processes allocating and freeing 256 MB on the GPU and giving the cache back
+  (``torch.cuda.empty_cache``), as workers do between their phases (cudaMalloc / cudaFree);
+* ``pinned``: four processes pinning and freeing 64 MB of host memory (cudaHostAlloc / cudaFreeHost);
+* ``compile``: two processes compiling a new Triton kernel again and again (a constant changed each time, so
+  the cache never hits), as candidates' first calls do;
 * any of these with ``+priority``: the loop's thread at niceness -10 (root or CAP_SYS_NICE);
 * ``nicecpu`` and ``nicecontexts`` in place of ``cpu`` and ``contexts``: that work at niceness 19.
 
-    python benchmarks/timing_host_interference.py --out interference.json
+With ``--fresh`` the loop also makes fresh inputs for about a third of its calls, the way a candidate's timing
+does (``child_common.make_inputs``: the seed set, the problem's ``get_inputs`` run under ``torch.device``):
+the evaluator's loop does, and without them the loop alone misses that part of a timed call's host work.
+
+    python benchmarks/timing_host_interference.py --out interference.json [--fresh] [--conditions ...]
 
 It runs against the timing loop of the installed ksmith, with or without the ``after_wait`` hook (the loop
 before it had none), so the same script compares two versions of the loop.
@@ -43,6 +52,43 @@ while True:
 """
 
 
+ALLOC = """
+import torch
+while True:
+    x = torch.empty(256 * 2**20, dtype=torch.int8, device="cuda")
+    del x
+    torch.cuda.empty_cache()
+"""
+PINNED = """
+import torch
+torch.zeros(1, device="cuda")
+# The caching host allocator keeps a freed pinned block: empty it, so every round allocates again (the name
+# of that call has moved between torch versions).
+names = ("_accelerator_emptyHostCache", "_host_emptyCache", "_cuda_hostEmptyCache")
+empty = next((getattr(torch._C, n) for n in names if hasattr(torch._C, n)), None)
+if empty is None:
+    raise SystemExit("no way to empty the pinned-memory cache in this torch")
+while True:
+    x = torch.empty(64 * 2**20, dtype=torch.int8).pin_memory()
+    del x
+    empty()
+"""
+COMPILE = """
+import itertools, os, tempfile
+os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp()
+import torch, triton, triton.language as tl
+
+@triton.jit
+def k(x_ptr, n, C: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * C + 1.0, mask=offs < n)
+
+x = torch.zeros(1024, device="cuda")
+for c in itertools.count():
+    k[(1,)](x, 1024, C=float(c) + 0.5, BLOCK=1024)  # a new constexpr: a new compile
+"""
+
+
 def background(condition: str) -> list[subprocess.Popen]:
     """The processes of ``condition``'s parts: ``cpu`` and ``contexts`` as above; ``nicecpu`` and
     ``nicecontexts``: the same at niceness 19."""
@@ -55,6 +101,12 @@ def background(condition: str) -> list[subprocess.Popen]:
             ]
         elif part.removeprefix("nice") == "contexts":
             procs += [subprocess.Popen([*nice, sys.executable, "-c", CONTEXTS]) for _ in range(4)]
+        elif part == "alloc":
+            procs += [subprocess.Popen([sys.executable, "-c", ALLOC]) for _ in range(4)]
+        elif part == "pinned":
+            procs += [subprocess.Popen([sys.executable, "-c", PINNED]) for _ in range(4)]
+        elif part == "compile":
+            procs += [subprocess.Popen([sys.executable, "-c", COMPILE]) for _ in range(2)]
     return procs
 
 
@@ -79,13 +131,18 @@ def raised_priority(step: int = 10):
         os.setpriority(os.PRIO_PROCESS, 0, before)
 
 
-def measure(repeats: int, trials: int, numel: int, priority: bool = False) -> dict:
+def measure(repeats: int, trials: int, numel: int, priority: bool = False, fresh: bool = False) -> dict:
     import inspect
+    import types
 
     import torch
 
     from ksmith_triton import timing
     from ksmith_triton.candidate_side import TimedCallCheck
+    from ksmith_triton.child_common import make_inputs
+
+    problem = types.ModuleType("interference_problem")
+    problem.get_inputs = lambda: [torch.randn(numel) for _ in range(3)]
 
     class Channel:  # what the worker's channel does with a report, short of writing it to the pipe
         def send(self, kind, **fields):
@@ -102,9 +159,16 @@ def measure(repeats: int, trials: int, numel: int, priority: bool = False) -> di
             hooks = {"before_wait": check.queue}
             if "after_wait" in inspect.signature(timing.time_gpu).parameters:
                 hooks["after_wait"] = check.keep
+            made = None
+            if fresh:
+
+                def made(seed: int, check=check) -> list:
+                    check.input_seed = seed  # as the candidate's loop does
+                    return make_inputs(problem, seed, "cuda")
+
             with raised_priority() if priority else contextlib.nullcontext():
                 result = timing.time_gpu(
-                    lambda x, y, z: (x + y) * z, [inputs], timers, schedule, check, **hooks
+                    lambda x, y, z: (x + y) * z, [inputs], timers, schedule, check, made, **hooks
                 )
             wall_ms = (time.perf_counter() - begin) * 1e3
             per_call.append(wall_ms / (len(result.samples_ms) + result.warmup))
@@ -127,6 +191,7 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--trials", type=int, default=100)
     parser.add_argument("--numel", type=int, default=16 * 2**20)
+    parser.add_argument("--fresh", action="store_true", help="fresh inputs for a third of the calls")
     parser.add_argument(
         "--conditions",
         nargs="+",
@@ -136,19 +201,35 @@ def main() -> int:
     import torch
 
     torch.set_num_threads(1)  # as the evaluator's GPU workers run (child_common.host_threads_for_gpu_work)
-    results = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "conditions": {}}
-    measure(2, args.trials, args.numel)  # warm: Triton, the allocator, the caching host allocator
+    results = {
+        "device": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "fresh": args.fresh,
+        "conditions": {},
+    }
+    measure(2, args.trials, args.numel, fresh=args.fresh)  # warm: Triton, the allocators
     for condition in args.conditions:
         procs = background(condition) if not condition.startswith("idle") else []
         try:
             time.sleep(3.0 if procs else 0.0)
             results["conditions"][condition] = measure(
-                args.repeats, args.trials, args.numel, priority="priority" in condition
+                args.repeats, args.trials, args.numel, priority="priority" in condition, fresh=args.fresh
+            )
+            # Background work that died (a torch without what it calls) would make this condition idle.
+            results["conditions"][condition]["background_exited"] = sum(
+                proc.poll() is not None for proc in procs
             )
         finally:
             stop(procs)
         found = results["conditions"][condition]
-        print(f"{condition:14s} {found['wall_ms_per_call_median']:.3f} ms per call  {found['median_parts']}")
+        died = (
+            f"  ({found['background_exited']} background processes had exited)"
+            if found["background_exited"]
+            else ""
+        )
+        print(
+            f"{condition:14s} {found['wall_ms_per_call_median']:.3f} ms per call  {found['median_parts']}{died}"
+        )
     args.out.write_text(json.dumps(results, indent=1))
     return 0
 
