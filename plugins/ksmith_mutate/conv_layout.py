@@ -33,7 +33,7 @@ evaluator's verdict; the new kernels' blocks and warps are ordinary launch edits
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import libcst as cst
 
@@ -64,10 +64,11 @@ TILE = 64  # channels and positions of one program's tile, before any block edit
 CHANNELS_LAST_SOURCE = f"""
 @triton.jit
 def {TO_CHANNELS_LAST}_kernel(x_ptr, out_ptr, channels, hw, BLOCK_C: tl.constexpr, BLOCK_P: tl.constexpr):
-    # Grid: (blocks of positions, blocks of channels, samples). A tile of NCHW rows is read along the positions
-    # and written along the channels (Triton moves it through shared memory, so both sides are coalesced).
-    sample = tl.program_id(2).to(tl.int64)
-    pos = tl.program_id(0) * BLOCK_P + tl.arange(0, BLOCK_P)
+    # Grid: (samples x blocks of positions, blocks of channels). A tile of NCHW rows is read along the
+    # positions and written along the channels (Triton moves it through shared memory: both sides coalesced).
+    blocks = tl.cdiv(hw, BLOCK_P)
+    sample = (tl.program_id(0) // blocks).to(tl.int64)
+    pos = (tl.program_id(0) % blocks) * BLOCK_P + tl.arange(0, BLOCK_P)
     chan = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     mask = (chan[:, None] < channels) & (pos[None, :] < hw)
     base = sample * channels * hw
@@ -80,7 +81,7 @@ def {TO_CHANNELS_LAST}(t):
     t = t.contiguous()
     n, c, h, w = t.shape
     out = torch.empty((n, h, w, c), device=t.device, dtype=t.dtype).permute(0, 3, 1, 2)
-    grid = lambda meta: (triton.cdiv(h * w, meta["BLOCK_P"]), triton.cdiv(c, meta["BLOCK_C"]), n)
+    grid = lambda meta: (n * triton.cdiv(h * w, meta["BLOCK_P"]), triton.cdiv(c, meta["BLOCK_C"]))
     {TO_CHANNELS_LAST}_kernel[grid](t, out, c, h * w, BLOCK_C={TILE}, BLOCK_P={TILE}, num_warps=4)
     return out
 """
@@ -88,8 +89,9 @@ def {TO_CHANNELS_LAST}(t):
 # Reads a tile of the convolution's output through its strides (channels-last or not: both have
 # stride(2) == width * stride(3)), adds the bias the convolution no longer adds, and writes NCHW.
 _TILE_PROLOGUE = """\
-    sample = tl.program_id(2).to(tl.int64)
-    pos = tl.program_id(0) * BLOCK_P + tl.arange(0, BLOCK_P)
+    blocks = tl.cdiv(hw_size, BLOCK_P)
+    sample = (tl.program_id(0) // blocks).to(tl.int64)
+    pos = (tl.program_id(0) % blocks) * BLOCK_P + tl.arange(0, BLOCK_P)
     chan = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     chan_mask = chan < n_channels
     tile_mask = chan_mask[:, None] & (pos[None, :] < hw_size)
@@ -106,6 +108,7 @@ _TILE_STORE = (
 RESERVED = frozenset(
     {
         "sample",
+        "blocks",
         "pos",
         "chan",
         "chan_mask",
@@ -126,7 +129,7 @@ def {TO_NCHW}_kernel(
     y_ptr, conv_bias_ptr, out_ptr, n_channels, hw_size, stride_n, stride_c, stride_p,
     HAS_CONV_BIAS: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_P: tl.constexpr,
 ):
-    # Grid: (blocks of positions, blocks of channels, samples).
+    # Grid: (samples x blocks of positions, blocks of channels).
 """
     + _TILE_PROLOGUE.format(y="y_ptr")
     + _TILE_STORE.format(out="out_ptr", value="value")
@@ -136,7 +139,7 @@ def {TO_NCHW}(y, bias):
     # The convolution's (channels-last) output as a contiguous NCHW tensor, plus the bias it did not add.
     n, c, h, w = y.shape
     out = torch.empty((n, c, h, w), device=y.device, dtype=y.dtype)
-    grid = lambda meta: (triton.cdiv(h * w, meta["BLOCK_P"]), triton.cdiv(c, meta["BLOCK_C"]), n)
+    grid = lambda meta: (n * triton.cdiv(h * w, meta["BLOCK_P"]), triton.cdiv(c, meta["BLOCK_C"]))
     {TO_NCHW}_kernel[grid](
         y, bias if bias is not None else y, out, c, h * w, y.stride(0), y.stride(1), y.stride(3),
         HAS_CONV_BIAS=bias is not None, BLOCK_C={TILE}, BLOCK_P={TILE}, num_warps=4,
@@ -165,7 +168,9 @@ def conv_layout_changes(model: SourceModel) -> Iterator[tuple[str, Pairs, dict]]
         helpers = _statements(CHANNELS_LAST_SOURCE)
         if fused is not None:
             kernel, launch, allocation, new_kernel, new_launch, new_allocation = fused
-            launched_elsewhere = sum(s.kernel == kernel.name for s in model.launches) > 1
+            # Named anywhere but its definition and the launch replaced (another launch, an alias): kept.
+            mentions = sum(isinstance(n, cst.Name) and n.value == kernel.name for n in walk(model.module))
+            launched_elsewhere = mentions > 2
             pairs: Pairs = [
                 (call, new_conv),
                 (allocation, new_allocation),
@@ -262,23 +267,32 @@ def _conv_assignments(
 
 
 def _conv_modules(cls: cst.ClassDef) -> set[str]:
-    """Attributes that the class's ``__init__`` sets to an ``nn.Conv2d`` with zero padding (the default)."""
-    found: set[str] = set()
-    for node in cls.body.body:
-        if not (isinstance(node, cst.FunctionDef) and node.name.value == "__init__"):
+    """Attributes the class sets only to ``nn.Conv2d`` modules with zero padding (the default), wherever in the
+    class it sets them."""
+    found: dict[str, bool] = {}
+    for assign in walk(cls):
+        if not (isinstance(assign, cst.Assign) and len(assign.targets) == 1):
             continue
-        for assign in walk(node):
-            if not (isinstance(assign, cst.Assign) and len(assign.targets) == 1):
-                continue
-            target, value = dotted_name(assign.targets[0].target), assign.value
-            if not (target.startswith("self.") and isinstance(value, cst.Call)):
-                continue
-            if dotted_name(value.func) not in ("nn.Conv2d", "torch.nn.Conv2d"):
-                continue
-            mode = keyword_value(value, "padding_mode")
-            if mode is None or (isinstance(mode, cst.SimpleString) and mode.evaluated_value == "zeros"):
-                found.add(target[5:])
-    return found
+        target, value = dotted_name(assign.targets[0].target), assign.value
+        if target.startswith("self.") and target.count(".") == 1:
+            found[target[5:]] = found.get(target[5:], True) and _zero_padded_conv(value)
+    return {name for name, plain in found.items() if plain}
+
+
+# nn.Conv2d(in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias, padding_mode, ...)
+PADDING_MODE_POSITION = 8
+
+
+def _zero_padded_conv(value: cst.BaseExpression) -> bool:
+    if not (isinstance(value, cst.Call) and dotted_name(value.func) in ("nn.Conv2d", "torch.nn.Conv2d")):
+        return False
+    if any(arg.star for arg in value.args):
+        return False  # *args / **kwargs may carry a padding mode
+    positional = [arg.value for arg in value.args if arg.keyword is None]
+    mode = keyword_value(value, "padding_mode")
+    if mode is None and len(positional) > PADDING_MODE_POSITION:
+        mode = positional[PADDING_MODE_POSITION]
+    return mode is None or (isinstance(mode, cst.SimpleString) and mode.evaluated_value == "zeros")
 
 
 def _functional(call: cst.Call, module: str) -> cst.Call | None:
@@ -358,30 +372,43 @@ def _epilogue_rewrite(
                 break
     if allocation is None or out_name is None:
         return None
-    in_rest = {id(n) for line in rest for n in walk(line)}
-    sites = [s for s in model.launches if id(s.call) in in_rest]
-    for site in sites:
-        kernel = model.kernel_for(site)
-        if kernel is None or kernel.autotuned:
-            continue
-        y_param = _param_passed(site, kernel, target)
-        out_param = _param_passed(site, kernel, out_name)
-        if y_param is None or out_param is None or not _only_shape_reads(rest, target, allocation, site.call):
-            continue
-        epilogue = _epilogue(kernel, y_param, out_param)
-        if epilogue is None:
-            continue
-        value, pointers, scalars = epilogue
-        new_kernel = _fused_kernel(model, kernel, y_param, out_param, value, pointers, scalars)
-        new_launch = _fused_launch(
-            site, kernel, new_kernel.name.value, target, out_name, bias, pointers, scalars
-        )
-        if new_launch is None:
-            continue
-        contiguous = cst.parse_expression(
-            f"torch.empty_like({target}, memory_format=torch.contiguous_format)"
-        )
-        return kernel, site.call, allocation, new_kernel, new_launch, contiguous  # type: ignore[return-value]
+    sizes = _size_names(rest, target)
+    for position, line in enumerate(rest):
+        launches = {id(n) for n in walk(line)}
+        for site in (s for s in model.launches if id(s.call) in launches):
+            kernel = model.kernel_for(site)
+            if kernel is None or kernel.autotuned:
+                continue
+            y_param = _param_passed(site, kernel, target)
+            out_param = _param_passed(site, kernel, out_name)
+            if y_param is None or out_param is None:
+                continue
+            y_argument = _launch_argument(site, kernel, y_param)
+            if not _only_shape_reads(rest, target, allocation, y_argument):
+                continue
+            if bias is not None and _rebound(bias, rest[: position + 1]):
+                continue  # the launch would read another bias than the convolution did
+
+            def dims_of(
+                param: str, site: LaunchSite = site, kernel: KernelDef = kernel
+            ) -> tuple[int, ...] | None:
+                argument = _launch_argument(site, kernel, param)
+                return _dims(argument, target, sizes) if argument is not None else None
+
+            epilogue = _epilogue(model, kernel, y_param, out_param, dims_of)
+            if epilogue is None:
+                continue
+            value, pointers, scalars = epilogue
+            new_kernel = _fused_kernel(model, kernel, y_param, out_param, value, pointers, scalars)
+            new_launch = _fused_launch(
+                site, kernel, new_kernel.name.value, target, out_name, bias, pointers, scalars
+            )
+            if new_launch is None:
+                continue
+            contiguous = cst.parse_expression(
+                f"torch.empty_like({target}, memory_format=torch.contiguous_format)"
+            )
+            return kernel, site.call, allocation, new_kernel, new_launch, contiguous  # type: ignore[return-value]
     return None
 
 
@@ -392,30 +419,113 @@ def _param_passed(site: LaunchSite, kernel: KernelDef, name: str) -> str | None:
 
 
 def _only_shape_reads(
-    rest: list[cst.BaseStatement], target: str, allocation: cst.Call, launch: cst.Call
+    rest: list[cst.BaseStatement], target: str, allocation: cst.Call, y_argument: cst.CSTNode | None
 ) -> bool:
     """Whether the statements after the convolution read ``target`` only for its size (``.shape``, ``.size()``,
-    ``.numel()``, ``.device``, ``.dtype``), in the output's allocation and in the launch, and never rebind it:
-    those are the readers that do not mind the output's memory order."""
+    ``.numel()``, ``.device``, ``.dtype``), as the output's allocation's argument and as the epilogue's own
+    argument, and never rebind it: those are the readers that do not mind the output's memory order."""
+    allowed: set[int] = {id(n) for n in walk(allocation)} | (
+        {id(y_argument)} if y_argument is not None else set()
+    )
     for line in rest:
         nodes = list(walk(line))
-        allowed = {id(n.attr) for n in nodes if isinstance(n, cst.Attribute)}
+        allowed |= {id(n.attr) for n in nodes if isinstance(n, cst.Attribute)}
         allowed |= {id(n.keyword) for n in nodes if isinstance(n, cst.Arg) and n.keyword is not None}
         for node in nodes:
-            if node is allocation or node is launch:
-                allowed |= {id(n) for n in walk(node)}
-            elif (
+            if (
                 isinstance(node, cst.Attribute)
                 and name_of(node.value) == target
                 and node.attr.value in SIZE_READS
             ):
                 allowed.add(id(node.value))
-            elif isinstance(node, (cst.AssignTarget, cst.AugAssign, cst.AnnAssign)):
+            elif isinstance(node, (cst.AssignTarget, cst.AugAssign, cst.AnnAssign, cst.For, cst.NamedExpr)):
                 if any(isinstance(n, cst.Name) and n.value == target for n in walk(node.target)):
+                    return False
+            elif isinstance(node, cst.WithItem) and node.asname is not None:
+                if any(isinstance(n, cst.Name) and n.value == target for n in walk(node.asname)):
                     return False
         if any(isinstance(n, cst.Name) and n.value == target and id(n) not in allowed for n in nodes):
             return False
     return True
+
+
+def _rebound(bias: cst.BaseExpression, statements: list[cst.BaseStatement]) -> bool:
+    """Whether ``statements`` assign a name the bias expression reads, or the attribute it is (``self.conv`` or
+    ``self.conv.bias`` for ``self.conv.bias``): the launch would then see another bias than the convolution."""
+    names = _variables(bias)
+    dotted = dotted_name(bias)
+    for statement in statements:
+        for node in walk(statement):
+            targets: list[cst.CSTNode] = []
+            if isinstance(node, (cst.AssignTarget, cst.AugAssign, cst.AnnAssign, cst.For, cst.NamedExpr)):
+                targets = [node.target]
+            elif isinstance(node, cst.WithItem) and node.asname is not None:
+                targets = [node.asname.name]
+            for target in targets:
+                written = dotted_name(target)  # type: ignore[arg-type]
+                if written and dotted and (dotted == written or dotted.startswith(written + ".")):
+                    return True
+                if any(isinstance(n, cst.Name) and n.value in names for n in walk(target)):
+                    if not written or "." not in written:
+                        return True
+    return False
+
+
+def _size_names(statements: list[cst.BaseStatement], target: str) -> dict[str, tuple[int, ...]]:
+    """Names bound to dimensions of ``target`` (``n, c, h, w = y.shape``: c is dimension 1) or to products
+    of them (``hw = h * w``: dimensions 2 and 3), in ``statements``' top-level one-name assignments."""
+    sizes: dict[str, tuple[int, ...]] = {}
+    for line in statements:
+        if not isinstance(line, cst.SimpleStatementLine):
+            continue
+        for small in line.body:
+            if not (isinstance(small, cst.Assign) and len(small.targets) == 1):
+                continue
+            where = small.targets[0].target
+            if isinstance(where, cst.Tuple) and _is_shape(small.value, target):
+                names = [name_of(e.value) for e in where.elements]
+                if all(n is not None for n in names) and not any(
+                    isinstance(e, cst.StarredElement) for e in where.elements
+                ):
+                    sizes.update({n: (i,) for i, n in enumerate(names)})  # type: ignore[misc]
+            elif name_of(where) is not None:
+                dims = _dims(small.value, target, sizes)
+                if dims is not None:
+                    sizes[name_of(where)] = dims  # type: ignore[index]
+                else:
+                    sizes.pop(name_of(where), None)  # type: ignore[arg-type]
+    return sizes
+
+
+def _is_shape(node: cst.BaseExpression, target: str) -> bool:
+    node = _bare(node)
+    if isinstance(node, cst.Attribute):
+        return node.attr.value == "shape" and name_of(node.value) == target
+    return isinstance(node, cst.Call) and dotted_name(node.func) == f"{target}.size" and not node.args
+
+
+def _dims(node: cst.BaseExpression, target: str, sizes: dict[str, tuple[int, ...]]) -> tuple[int, ...] | None:
+    """The dimensions of ``target`` whose product ``node`` is (``y.shape[2] * y.shape[3]``, ``h * w`` after
+    ``n, c, h, w = y.shape``): sorted, or ``None`` where it is not such a product."""
+    node = _bare(node)
+    if isinstance(node, cst.Name):
+        return sizes.get(node.value)
+    if isinstance(node, cst.Subscript) and _is_shape(node.value, target) and len(node.slice) == 1:
+        index = node.slice[0].slice
+        if isinstance(index, cst.Index) and isinstance(index.value, cst.Integer):
+            return (int(index.value.evaluated_value),)
+    if isinstance(node, cst.Call) and dotted_name(node.func) == f"{target}.size" and len(node.args) == 1:
+        value = node.args[0].value
+        if isinstance(value, cst.Integer):
+            return (int(value.evaluated_value),)
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Multiply):
+        left, right = _dims(node.left, target, sizes), _dims(node.right, target, sizes)
+        if left is not None and right is not None:
+            return tuple(sorted(left + right))
+    return None
+
+
+MAX_INLINED = 256  # names replaced by their values in one stored expression, at most
 
 
 class _Inline(cst.CSTTransformer):
@@ -426,6 +536,7 @@ class _Inline(cst.CSTTransformer):
         super().__init__()
         self.values = values
         self.depth = 0
+        self.inlined = 0
 
     def leave_Attribute(self, original_node: cst.Attribute, updated_node: cst.Attribute) -> cst.Attribute:
         return updated_node.with_changes(attr=original_node.attr)
@@ -438,8 +549,9 @@ class _Inline(cst.CSTTransformer):
         if value is None:
             return updated_node
         self.depth += 1
-        if self.depth > 32:
-            raise RecursionError("inlining does not end")
+        self.inlined += 1
+        if self.depth > 32 or self.inlined > MAX_INLINED:
+            raise RecursionError("inlining does not end, or grows too large")
         inlined = value.visit(self)
         self.depth -= 1
         return inlined.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
@@ -448,6 +560,11 @@ class _Inline(cst.CSTTransformer):
 def _bare(node: cst.BaseExpression) -> cst.BaseExpression:
     """The expression without its own parentheses."""
     return node.with_changes(lpar=[], rpar=[]) if getattr(node, "lpar", None) else node
+
+
+def _key(node: cst.CSTNode) -> str:
+    """An expression's code with its whitespace and comments folded: how two expressions are compared."""
+    return " ".join(line.split("#", 1)[0].strip() for line in _code(node).splitlines()).replace(" ", "")
 
 
 def _terms(node: cst.BaseExpression) -> list[cst.BaseExpression]:
@@ -460,24 +577,61 @@ def _terms(node: cst.BaseExpression) -> list[cst.BaseExpression]:
 
 def _offset_terms(
     address: cst.BaseExpression | None, pointer: str | None = None
-) -> tuple[str, list[str]] | None:
-    """(pointer, the code of each other term) of an address ``pointer + term + ...`` whose first term is a
-    name (``pointer``, when given); ``None`` otherwise."""
+) -> tuple[str, list[cst.BaseExpression]] | None:
+    """(pointer, the other terms) of an address ``pointer + term + ...`` whose first term is a name
+    (``pointer``, when given); ``None`` otherwise."""
     if address is None:
         return None
     terms = _terms(address)
     base = name_of(terms[0])
     if base is None or (pointer is not None and base != pointer) or len(terms) < 2:
         return None
-    return base, [_code(t).strip() for t in terms[1:]]
+    return base, terms[1:]
+
+
+# What an epilogue may compute with: element-wise functions (a reduction such as tl.sum, tl.max or tl.cumsum
+# would run over another axis of the new tile), conversions, and the loads it reads.
+ELEMENTWISE = frozenset(
+    {
+        "maximum",
+        "minimum",
+        "where",
+        "exp",
+        "exp2",
+        "log",
+        "log2",
+        "sqrt",
+        "sqrt_rn",
+        "rsqrt",
+        "sigmoid",
+        "abs",
+    }
+    | {"fma", "cos", "sin", "erf", "floor", "ceil", "clamp", "fdiv", "div_rn", "cast"}
+)
+SIDE_EFFECTS = ("atomic_", "debug_barrier", "device_print", "device_assert", "store")
+
+
+def _allowed_call(call: cst.Call) -> bool:
+    name = dotted_name(call.func)
+    if isinstance(call.func, cst.Attribute) and call.func.attr.value == "to":
+        return True  # a conversion
+    if name.startswith(("tl.math.", "triton.language.math.")) or ".libdevice." in f".{name}":
+        return True  # the math libraries are element-wise
+    return is_tl_call(call, *ELEMENTWISE, "load")
 
 
 def _epilogue(
-    kernel: KernelDef, y_param: str, out_param: str
+    model: SourceModel,
+    kernel: KernelDef,
+    y_param: str,
+    out_param: str,
+    dims_of: Callable[[str], tuple[int, ...] | None],
 ) -> tuple[cst.BaseExpression, list[str], list[str]] | None:
     """The stored value as an expression of the convolution's value (``value``) and per-channel vectors
     (``tl.load(p + chan, mask=chan_mask)[:, None]``), the per-channel pointers and the scalars it reads;
-    ``None`` where the kernel is not a per-element epilogue of ``y_param`` into ``out_param``."""
+    ``None`` where the kernel is not a per-element epilogue of ``y_param`` into ``out_param``.
+    ``dims_of(param)``: which dimensions of the convolution's output the launch passes for ``param`` (the
+    channels, 1; the plane's size, 2 and 3), ``None`` where it passes something else."""
     body = kernel.node.body
     if not isinstance(body, cst.IndentedBlock) or len(kernel.stores) != 1:
         return None
@@ -494,6 +648,13 @@ def _epilogue(
             if name is None or name in values or name in kernel.params:
                 return None
             values[name] = small.value
+    for call in walk(body):
+        if isinstance(call, cst.Call):
+            method = dotted_name(call.func).rsplit(".", 1)[-1]
+            if dotted_name(call.func) in model.kernels or (
+                method.startswith(SIDE_EFFECTS) and not is_tl_call(call, "store")
+            ):
+                return None  # an effect besides the one store, or a helper whose effects are not read here
     store = kernel.stores[0]
     stored = keyword_value(store, "value")
     positional = [arg.value for arg in store.args if arg.keyword is None]
@@ -506,39 +667,51 @@ def _epilogue(
     try:
         store_offset = _offset_terms(address.visit(inline), out_param)
         value = stored.visit(inline)
+        store_mask = keyword_value(store, "mask")
+        mask_key = _key(store_mask.visit(inline)) if store_mask is not None else None
     except RecursionError:
         return None
-    # out + plane * hw + offs, or out + offs over all elements: the plane (plane, or offs // hw) is what the
-    # per-channel loads take modulo the channels.
     if store_offset is None:
         return None
-    offset = store_offset[1]
-    products = [cst.parse_expression(t) for t in offset]
-    products = [
-        p for p in products if isinstance(p, cst.BinaryOperation) and isinstance(p.operator, cst.Multiply)
-    ]
-    planes = {_code(_bare(side)).strip() for p in products for side in (p.left, p.right)}
-    index_names = {n for t in offset for n in _variables(cst.parse_expression(t))}
+    offset = [_key(t) for t in store_offset[1]]
+    # out + plane * hw + offs, or out + offs over all elements: the plane (plane, or offs // hw) is what the
+    # per-channel loads take modulo the channels, hw the launch's height * width of the output.
+    planes = set()
+    for term in store_offset[1]:
+        if isinstance(term, cst.BinaryOperation) and isinstance(term.operator, cst.Multiply):
+            for plane, size in ((term.left, term.right), (term.right, term.left)):
+                size_param = name_of(_bare(size))
+                if size_param in kernel.params and dims_of(size_param) == (2, 3):
+                    planes.add(_key(_bare(plane)))
+    index_names = {n for t in store_offset[1] for n in _variables(t)}
     pointers: list[str] = []
     replacements: dict[int, cst.BaseExpression] = {}
-    for node in walk(value):
+    for node in _outside_loads(value):
+        if not isinstance(node, cst.Call):
+            continue
+        if not _allowed_call(node):
+            return None
         if not is_tl_call(node, "load"):
             continue
-        load = _offset_terms(pointer_arg(node))  # type: ignore[arg-type]
+        mask = keyword_value(node, "mask")
+        if mask is not None and _key(mask) != mask_key:
+            return None  # a narrower mask (with its `other`) gives other values than the new tile's
+        load = _offset_terms(pointer_arg(node))
         if load is None:
             return None
         base, terms = load
-        if base == y_param and terms == offset:
+        if base == y_param and [_key(t) for t in terms] == offset:
             replacements[id(node)] = cst.Name("value")
             continue
-        channel = cst.parse_expression(terms[0]) if len(terms) == 1 else None
+        channel = _bare(terms[0]) if len(terms) == 1 else None
         if (
             base in (y_param, out_param)
             or base not in kernel.params
             or not isinstance(channel, cst.BinaryOperation)
             or not isinstance(channel.operator, cst.Modulo)
-            or not _is_plane(channel.left, planes, offset, kernel.params)
-            or name_of(channel.right) not in kernel.params
+            or name_of(_bare(channel.right)) not in kernel.params
+            or dims_of(name_of(_bare(channel.right))) != (1,)  # type: ignore[arg-type]
+            or not _is_plane(channel.left, planes, offset, kernel.params, dims_of)
         ):
             return None
         replacements[id(node)] = cst.parse_expression(f"tl.load({base} + chan, mask=chan_mask)[:, None]")
@@ -548,26 +721,42 @@ def _epilogue(
     value = value.visit(_ByIdentity(replacements))
     if any(is_tl_call(n, "program_id", "num_programs", "arange") for n in walk(value)):
         return None
-    reads = _variables(value) - {"tl", "value", "chan", "chan_mask"}
+    reads = _variables(value) - {"tl", "triton", "value", "chan", "chan_mask"}
     if reads - set(kernel.params) or reads & index_names or set(kernel.params) & RESERVED:
         return None
     pointers = list(dict.fromkeys(pointers))
-    scalars = [p for p in kernel.params if p in reads and p not in pointers and p != out_param]
+    scalars = [p for p in kernel.params if p in reads and p not in pointers and p not in (out_param, y_param)]
     return value, pointers, scalars
 
 
-def _is_plane(node: cst.BaseExpression, planes: set[str], offset: list[str], params: tuple[str, ...]) -> bool:
-    """Whether ``node`` numbers the (sample, channel) plane of the element the kernel stores: a factor of the
-    store's ``plane * hw`` term, or the store's whole flat index divided by a parameter (``offs // hw``, the
-    way a kernel over all elements at once finds its channel)."""
+def _outside_loads(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    """``node`` and every node below it, depth first, but not what a ``tl.load`` call holds (its address
+    and mask index the old kernel's elements; they are checked as addresses, not as computation)."""
+    yield node
+    if is_tl_call(node, "load"):
+        return
+    for child in node.children:
+        yield from _outside_loads(child)
+
+
+def _is_plane(
+    node: cst.BaseExpression,
+    planes: set[str],
+    offset: list[str],
+    params: tuple[str, ...],
+    dims_of: Callable[[str], tuple[int, ...] | None],
+) -> bool:
+    """Whether ``node`` numbers the (sample, channel) plane of the element the kernel stores: the factor of
+    the store's ``plane * hw`` term, or the store's whole flat index divided by the plane's size
+    (``offs // hw``, the way a kernel over all elements at once finds its channel)."""
     node = _bare(node)
-    if _code(node).strip() in planes:
+    if _key(node) in planes:
         return True
+    if not (isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.FloorDivide)):
+        return False
+    size = name_of(_bare(node.right))
     return (
-        isinstance(node, cst.BinaryOperation)
-        and isinstance(node.operator, cst.FloorDivide)
-        and [_code(t).strip() for t in _terms(node.left)] == offset
-        and name_of(_bare(node.right)) in params
+        [_key(t) for t in _terms(node.left)] == offset and size in params and dims_of(size) == (2, 3)  # type: ignore[arg-type]
     )
 
 
@@ -612,10 +801,10 @@ def _fused_kernel(
     )
     source = (
         f"@triton.jit\ndef {name}({params}):\n"
-        f"    # {kernel.name}'s epilogue over (positions, channels, sample) tiles of the convolution's output, read\n"
+        f"    # {kernel.name}'s epilogue over (sample and positions, channels) tiles of the convolution's output, read\n"
         "    # in its own (channels-last) order; the result is written in NCHW order.\n"
         + _TILE_PROLOGUE.format(y=y_param)
-        + f"    result = {_code(value)}\n"
+        + f"    result = ({_code(value)})\n"
         + _TILE_STORE.format(out=out_param, value="result")
     )
     (node,) = cst.parse_module(source).body
@@ -647,8 +836,8 @@ def _fused_launch(
         code = _code(bias)
         conv_bias, has_bias = f"{code} if {code} is not None else {y}", f"{code} is not None"
     grid = (
-        f'lambda meta: (triton.cdiv({y}.shape[2] * {y}.shape[3], meta["BLOCK_P"]), '
-        f'triton.cdiv({y}.shape[1], meta["BLOCK_C"]), {y}.shape[0])'
+        f'lambda meta: ({y}.shape[0] * triton.cdiv({y}.shape[2] * {y}.shape[3], meta["BLOCK_P"]), '
+        f'triton.cdiv({y}.shape[1], meta["BLOCK_C"]))'
     )
     arguments = ", ".join(
         [y, out_name, conv_bias, *(passed[p] for p in pointers), *(passed[p] for p in plain)]

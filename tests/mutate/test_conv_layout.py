@@ -242,3 +242,91 @@ def test_readers_it_cannot_fold_get_the_nchw_tensor_back(tmp_path, kernel_read, 
 def test_a_module_without_triton_language_or_a_conv_call_is_left_alone():
     assert not _conv_layout(SEED.replace("import triton.language as tl\n", ""))
     assert not _conv_layout(SEED.replace("F.conv2d(", "F.conv1d("))
+
+
+KERNEL_VALUE = "tl.sigmoid(y * scale * alpha)"
+Y_LOAD = "y = tl.load(y_ptr + plane * hw + offs, mask=mask)"
+
+
+@pytest.mark.parametrize(
+    "old, new",
+    [
+        # A reduction in the epilogue would run over the new tile's channel axis.
+        (KERNEL_VALUE, "tl.sigmoid(y * scale * alpha) - tl.sum(y, axis=0) * 0.0"),
+        # The output read under a narrower mask, with `other`, than the store's: other values on those lanes.
+        (Y_LOAD, "y = tl.load(y_ptr + plane * hw + offs, mask=mask & (offs > 0), other=0.0)"),
+        # The modulus is the output's height, not its channels: a per-row vector, not a per-channel one.
+        ("out, c, h * w, 0.5", "out, h, h * w, 0.5"),
+        # The output's values read inside the launch (an argument computed from them).
+        ("h * w, 0.5, BLOCK", "h * w, float(y.abs().max()) * 0.0 + 0.5, BLOCK"),
+        # An effect besides the one store.
+        ("    mask = offs < hw\n", "    mask = offs < hw\n    seen = tl.atomic_add(y_ptr, 0.0)\n"),
+    ],
+)
+def test_epilogues_it_must_not_fold(tmp_path, old, new):
+    _, source = _problem(tmp_path, LAUNCH)
+    changed = source.replace(old, new, 1)
+    assert changed != source
+    (edit,) = _conv_layout(changed)
+    assert edit.detail["fused"] is None
+
+
+def test_a_bias_rebound_before_the_launch_is_not_folded(tmp_path):
+    """The folded epilogue reads the bias at the launch: a bias bound anew in between is not the conv's."""
+    _, source = _problem(tmp_path, LAUNCH)
+    source = source.replace(
+        "y = F.conv2d(x, self.conv.weight, self.conv.bias,",
+        "bias = self.conv.bias\n        y = F.conv2d(x, self.conv.weight, bias,",
+    )
+    assert [e.detail["fused"] for e in _conv_layout(source)] == ["_scale_sigmoid"]
+    rebound = source.replace("n, c, h, w = y.shape", "n, c, h, w = y.shape\n        bias = None")
+    assert [e.detail["fused"] for e in _conv_layout(rebound)] == [None]
+
+
+def test_a_kernel_named_elsewhere_is_kept_and_odd_layouts_do_not_break_the_edit(tmp_path):
+    checker, source = _problem(tmp_path, LAUNCH)
+    aliased = source.replace(
+        "self.scale = nn.Parameter", "self.epilogue = _scale_sigmoid\n        self.scale = nn.Parameter"
+    )
+    (edit,) = _conv_layout(aliased)
+    assert edit.detail["fused"] == "_scale_sigmoid" and "def _scale_sigmoid(" in edit.source
+    assert checker.max_error(edit.source) < 1e-5
+    # A term over two lines, and the output pointer's own dtype used in the value: still one valid edit.
+    odd = source.replace(Y_LOAD, "y = tl.load(y_ptr + (plane\n        * hw) + offs, mask=mask)").replace(
+        KERNEL_VALUE, "tl.sigmoid(y * scale * alpha).to(y_ptr.dtype.element_ty)"
+    )
+    (edit,) = _conv_layout(odd)
+    assert edit.detail["fused"] == "_scale_sigmoid"
+    assert checker.max_error(edit.source) < 1e-5
+
+
+def test_a_padding_mode_given_by_position_or_set_later_is_left_alone(tmp_path):
+    _, source = _problem(tmp_path, LAUNCH)
+    called = source.replace(
+        "F.conv2d(x, self.conv.weight, self.conv.bias, stride=self.conv.stride, padding=1)", "self.conv(x)"
+    )
+    assert [e.detail["fused"] for e in _conv_layout(called)] == ["_scale_sigmoid"]
+    positional = called.replace(
+        "nn.Conv2d(in_channels, out_channels, 3, stride=2, padding=1, bias=False)",
+        'nn.Conv2d(in_channels, out_channels, 3, 2, 1, 1, 1, False, "reflect")',
+    )
+    later = called.replace(
+        "self.scale = nn.Parameter",
+        'self.conv = nn.Conv2d(in_channels, out_channels, 3, padding=1, padding_mode="circular")\n'
+        "        self.scale = nn.Parameter",
+    )
+    for source in (positional, later):
+        assert source != called and not _conv_layout(source)
+
+
+def test_the_nchw_copy_back_adds_the_convolutions_bias(tmp_path):
+    """The path for readers it cannot fold, with a convolution bias: the values the seed computed."""
+    checker = KernelChecker("conv2d_bias_relu", tmp_path, PROBLEMS / "pooling")
+    unfoldable = SEED.replace(
+        "        return out", "        out = out * (y.sum() * 0 + 1)\n        return out"
+    )
+    assert unfoldable != SEED
+    (edit,) = _conv_layout(unfoldable)
+    assert edit.detail["fused"] is None and f"{TO_NCHW}(F.conv2d(" in edit.source
+    assert "self.conv.bias)" in edit.source
+    assert checker.max_error(edit.source) < FP16
