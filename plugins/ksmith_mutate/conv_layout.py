@@ -170,7 +170,7 @@ def conv_layout_changes(model: SourceModel) -> Iterator[tuple[str, Pairs, dict]]
             kernel, launch, allocation, new_kernel, new_launch, new_allocation = fused
             # Named anywhere but its definition and the launch replaced (another launch, an alias): kept.
             mentions = sum(isinstance(n, cst.Name) and n.value == kernel.name for n in walk(model.module))
-            launched_elsewhere = mentions > 2
+            named_elsewhere = mentions > 2
             pairs: Pairs = [
                 (call, new_conv),
                 (allocation, new_allocation),
@@ -178,7 +178,7 @@ def conv_layout_changes(model: SourceModel) -> Iterator[tuple[str, Pairs, dict]]
                 (anchor, cst.FlattenSentinel([anchor, *helpers])),
                 (
                     kernel.node,
-                    cst.FlattenSentinel([kernel.node, new_kernel]) if launched_elsewhere else new_kernel,
+                    cst.FlattenSentinel([kernel.node, new_kernel]) if named_elsewhere else new_kernel,
                 ),
             ]
             description = (
