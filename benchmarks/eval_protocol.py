@@ -92,6 +92,17 @@ def median_details(verdicts: list[Any], field: str) -> dict[str, float]:
     )
 
 
+def loop_per_call(verdict: Any) -> dict[str, float]:
+    """A verdict's timed-loop parts (wall, and ``cpu_`` for its thread's CPU time) divided by its timed calls."""
+    timing = verdict.details.get("timing") or {}
+    calls = max(1, int(timing.get("calls") or 0))
+    parts = {
+        k: v for k, v in (timing.get("loop_ms") or {}).items() if k in ("inputs", "launch", "wait", "check")
+    }
+    cpu = {f"cpu_{k}": v for k, v in (timing.get("loop_cpu_ms") or {}).items() if k in parts}
+    return {k: round(v / calls, 4) for k, v in {**parts, **cpu}.items()}
+
+
 def medians(mappings: Any) -> dict[str, float]:
     """Median of each name's numbers over ``mappings`` (dicts of name to number; ``None`` counts as empty)."""
     found: dict[str, list[float]] = {}
@@ -245,6 +256,12 @@ def throughput(
                 "under_load_ms": under_load.runtime_ms,
                 "alone_ms": single.runtime_ms,
                 "difference": under_load.runtime_ms / single.runtime_ms - 1,
+                # The timed loop's host parts per call, wall and thread CPU time, loaded and alone: whether
+                # the same loop's host work is slower beside other evaluations, and in which part.
+                "loop_per_call_ms": {
+                    "under_load": loop_per_call(under_load),
+                    "alone": loop_per_call(single),
+                },
             }
         )
     statuses: dict[str, int] = {}
@@ -253,6 +270,8 @@ def throughput(
     phases = median_details(verdicts, "phases")
     steps = median_details(verdicts, "worker_steps")
     loop_ms = medians(v.details.get("timing", {}).get("loop_ms") for v in verdicts)
+    loop_cpu_ms = medians(v.details.get("timing", {}).get("loop_cpu_ms") for v in verdicts)
+    loop_switches = medians(v.details.get("timing", {}).get("loop_switches") for v in verdicts)
     check_ms = medians(v.details.get("timing", {}).get("check_ms") for v in verdicts)
     requests = sorted({kind for v in verdicts for kind in v.details.get("reference_steps", {})})
     reference_steps = {
@@ -281,6 +300,9 @@ def throughput(
         "median_worker_step_seconds": steps,
         # Inside the candidate's timed loop (the exclusive lock): ms per part, median over evaluations.
         "median_timing_loop_ms": loop_ms,
+        # The same parts in the loop thread's CPU time, and its context switches over the loop.
+        "median_timing_loop_cpu_ms": loop_cpu_ms,
+        "median_timing_loop_switches": loop_switches,
         "median_timed_check_ms": check_ms,
         # The reference process's host seconds per step of each request kind, median over evaluations.
         "median_reference_steps_s": reference_steps,
@@ -463,6 +485,8 @@ def main(argv: list[str] | None = None) -> int:
             exposed = sum(e["timing"].get("exposed_calls", 0) for e in t["per_evaluation"] if e["timing"])
             print(f"    timed calls launched slower than their spin (all evaluations): {exposed}")
             print(f"    timed loop, median ms per part: {t['median_timing_loop_ms']}")
+            print(f"    timed loop, the thread's CPU ms per part: {t.get('median_timing_loop_cpu_ms')}")
+            print(f"    timed loop, context switches: {t.get('median_timing_loop_switches')}")
             print(f"    after-call checks, median ms per part: {t['median_timed_check_ms']}")
             print(f"    memory gate: {t['memory_gate']}")
             for kind, steps in t["median_reference_steps_s"].items():
@@ -474,6 +498,9 @@ def main(argv: list[str] | None = None) -> int:
                     f"    isolation {row['problem']:<16} under load {row['under_load_ms']:.4f} ms, "
                     f"alone {row['alone_ms']:.4f} ms ({row['difference']:+.2%})"
                 )
+                loops = row.get("loop_per_call_ms") or {}
+                if loops.get("alone"):
+                    print(f"      loop per call, loaded {loops.get('under_load')}; alone {loops['alone']}")
 
     if "references" not in args.skip:
         rows = results["references"] = references(problem_files(args.problems), options)

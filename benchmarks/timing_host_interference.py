@@ -15,6 +15,12 @@ and its parts, in each of these conditions:
 * ``alloc``: four processes allocating and freeing 256 MB on the GPU and giving the cache back
   (``torch.cuda.empty_cache``), as workers do between their phases (cudaMalloc / cudaFree);
 * ``pinned``: four processes pinning and freeing 64 MB of host memory (cudaHostAlloc / cudaFreeHost);
+* ``live``: 32 processes each holding a CUDA context and 256 MB of GPU memory, idle (the workload's workers
+  and reference processes between their steps);
+* ``sync``: eight processes recording and querying an event and synchronising in a loop (driver calls with no
+  GPU work behind them);
+* ``memory``: one process per core, as ``cpu``, but each copying 256 MB on the host again and again (the
+  memory bus and the last-level cache busy as well);
 * ``compile``: two processes compiling a new Triton kernel again and again (a constant changed each time, so
   the cache never hits), as candidates' first calls do;
 * any of these with ``+priority``: the loop's thread at niceness -10 (root or CAP_SYS_NICE);
@@ -87,6 +93,28 @@ x = torch.zeros(1024, device="cuda")
 for c in itertools.count():
     k[(1,)](x, 1024, C=float(c) + 0.5, BLOCK=1024)  # a new constexpr: a new compile
 """
+LIVE = """
+import time, torch
+x = torch.ones(64 * 2**20, device="cuda")  # a context and some memory, then nothing
+time.sleep(1e9)
+"""
+SYNC = """
+import torch
+torch.zeros(1, device="cuda")
+event = torch.cuda.Event()
+while True:  # driver calls with no GPU work behind them, as processes waiting outside the lock make
+    event.record()
+    event.query()
+    torch.cuda.synchronize()
+"""
+MEMORY = """
+import torch
+torch.set_num_threads(1)
+a = torch.ones(64 * 2**20)  # 256 MB: every pass goes through the memory, not the caches
+b = torch.empty_like(a)
+while True:
+    b.copy_(a)
+"""
 
 
 def background(condition: str) -> list[subprocess.Popen]:
@@ -107,6 +135,12 @@ def background(condition: str) -> list[subprocess.Popen]:
             procs += [subprocess.Popen([sys.executable, "-c", PINNED]) for _ in range(4)]
         elif part == "compile":
             procs += [subprocess.Popen([sys.executable, "-c", COMPILE]) for _ in range(2)]
+        elif part == "live":
+            procs += [subprocess.Popen([sys.executable, "-c", LIVE]) for _ in range(32)]
+        elif part == "sync":
+            procs += [subprocess.Popen([sys.executable, "-c", SYNC]) for _ in range(8)]
+        elif part == "memory":
+            procs += [subprocess.Popen([sys.executable, "-c", MEMORY]) for _ in range(os.cpu_count() or 1)]
     return procs
 
 
@@ -173,6 +207,8 @@ def measure(repeats: int, trials: int, numel: int, priority: bool = False, fresh
             wall_ms = (time.perf_counter() - begin) * 1e3
             per_call.append(wall_ms / (len(result.samples_ms) + result.warmup))
             parts.append({**result.loop_ms, **{f"check_{k}": v for k, v in check.parts_ms().items()}})
+            parts[-1].update({f"cpu_{k}": v for k, v in getattr(result, "loop_cpu_ms", {}).items()})
+            parts[-1].update({f"switches_{k}": v for k, v in getattr(result, "switches", {}).items()})
             parts[-1]["calls"] = len(result.samples_ms)
             parts[-1]["gpu_ms_median"] = statistics.median(result.samples_ms)
             parts[-1]["prequeue_ms"] = result.prequeue_ms
@@ -211,7 +247,7 @@ def main() -> int:
     for condition in args.conditions:
         procs = background(condition) if not condition.startswith("idle") else []
         try:
-            time.sleep(3.0 if procs else 0.0)
+            time.sleep(10.0 if "live" in condition else 3.0 if procs else 0.0)  # 32 contexts take a while
             results["conditions"][condition] = measure(
                 args.repeats, args.trials, args.numel, priority="priority" in condition, fresh=args.fresh
             )

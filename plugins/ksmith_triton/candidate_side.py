@@ -596,6 +596,8 @@ def run_trials_and_timing(
         exposed_calls=timed.exposed,
         copies=timed.copies,
         loop_ms={"before": round(before_ms, 2), **timed.loop_ms, "after": round(after_ms, 2)},
+        loop_cpu_ms=timed.loop_cpu_ms,
+        loop_switches=timed.switches,
         full_checks=check.full,
         full_checks_skipped=check.full_skipped,
         check_ms=check.parts_ms(),

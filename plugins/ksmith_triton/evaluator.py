@@ -1318,6 +1318,10 @@ class Evaluation:
             "prequeue_ms": report.get("prequeue_ms"),
             "exposed_calls": int(report.get("exposed_calls") or 0),
             "loop_ms": report.get("loop_ms") if isinstance(report.get("loop_ms"), dict) else None,
+            "loop_cpu_ms": report.get("loop_cpu_ms") if isinstance(report.get("loop_cpu_ms"), dict) else None,
+            "loop_switches": (
+                report.get("loop_switches") if isinstance(report.get("loop_switches"), dict) else None
+            ),
             "check_ms": report.get("check_ms") if isinstance(report.get("check_ms"), dict) else None,
             "host_median_ms": host_ms[len(host_ms) // 2],
             "fully_checked_calls": [int(c["index"]) for c in full],

@@ -471,6 +471,7 @@ def capture_timers(guards: Guards, device: str) -> dict[str, Any]:
 
     timers: dict[str, Any] = {
         "perf_counter": guards.capture("time.perf_counter", time, "perf_counter"),
+        "thread_time": guards.capture("time.thread_time", time, "thread_time"),
         "urandom": guards.capture("os.urandom", os, "urandom"),
     }
     guards.capture("torch.allclose", torch, "allclose")

@@ -135,6 +135,12 @@ class TimedCalls:
     # call ``inputs`` (made and staged), ``launch`` (flush, spin, the call), ``wait`` (for the GPU) and
     # ``check`` (the caller's after-call check). What holds the GPU's exclusive lock, and for how long.
     loop_ms: dict[str, float] = field(default_factory=dict)
+    # The same parts in the loop thread's own CPU time (``time.thread_time``), and the thread's context switches
+    # over the loop (``voluntary``: it blocked, on the GPU or a lock; ``involuntary``: the kernel took its CPU
+    # away). Wall time well above CPU time with many involuntary switches: the loop waited for a CPU; the two
+    # close: its host work itself was slow. Empty where the clock is not given (or on the CPU's loop).
+    loop_cpu_ms: dict[str, float] = field(default_factory=dict)
+    switches: dict[str, int] = field(default_factory=dict)
 
 
 STAGING_COPIES = 3  # input buffers a timing loop rotates over (one when the inputs are large)
@@ -260,13 +266,21 @@ def time_gpu(
     stream, perf, event = timers["stream"], timers["perf_counter"], timers["event_class"]
     spin = timers["sleep"]
     parts = dict.fromkeys(("setup", "warmup", "inputs", "launch", "wait", "check"), 0.0)
+    thread_clock = timers.get("thread_time")  # the loop thread's CPU time: where its wall time went
+    cpu_parts = dict.fromkeys(parts, 0.0)
+    switches_before = thread_switches()
     mark = perf()
+    cpu_mark = thread_clock() if thread_clock is not None else 0.0
 
     def lap(part: str) -> None:
-        nonlocal mark
+        nonlocal mark, cpu_mark
         now = perf()
         parts[part] += now - mark
         mark = now
+        if thread_clock is not None:
+            cpu_now = thread_clock()
+            cpu_parts[part] += cpu_now - cpu_mark
+            cpu_mark = cpu_now
 
     # Measured again here, where the caller holds the GPU alone: other work stretches the spin.
     cycles_per_ms = spin_rate(timers)
@@ -370,7 +384,23 @@ def time_gpu(
     sync()
     result.prequeue_ms = round(sorted(spins)[len(spins) // 2], 4)
     result.loop_ms = {k: round(v * 1e3, 2) for k, v in parts.items()}
+    if thread_clock is not None:
+        result.loop_cpu_ms = {k: round(v * 1e3, 2) for k, v in cpu_parts.items()}
+    switches_after = thread_switches()
+    if switches_before and switches_after:
+        result.switches = {k: switches_after[k] - switches_before[k] for k in switches_after}
     return result
+
+
+def thread_switches() -> dict[str, int]:
+    """The calling thread's context switches so far (Linux: ``RUSAGE_THREAD``; empty elsewhere)."""
+    import resource
+
+    who = getattr(resource, "RUSAGE_THREAD", None)
+    if who is None:
+        return {}
+    usage = resource.getrusage(who)
+    return {"voluntary": int(usage.ru_nvcsw), "involuntary": int(usage.ru_nivcsw)}
 
 
 def time_cpu(
@@ -454,7 +484,11 @@ def reference_timers(device: str) -> dict[str, Any]:
     import os
     import time
 
-    timers: dict[str, Any] = {"perf_counter": time.perf_counter, "urandom": os.urandom}
+    timers: dict[str, Any] = {
+        "perf_counter": time.perf_counter,
+        "thread_time": time.thread_time,
+        "urandom": os.urandom,
+    }
     if device == "cuda":
         timers.update(cuda_timers())
     return timers

@@ -219,3 +219,42 @@ def test_each_call_s_report_names_its_own_fresh_inputs_though_the_next_ones_are_
     assert fresh, "a third of the calls get fresh inputs"
     assert all(reported == made for reported, made in fresh)
     assert sum(1 for r in reports if r.get("full")) == len(check.full) >= 1
+
+
+def test_the_loop_reports_its_thread_s_cpu_time_per_part_and_its_context_switches(monkeypatch):
+    """Where a slow loop's wall time went: its thread's CPU time per part beside the wall time (a host check
+    that waited for a CPU shows wall time its thread did not run), and the thread's context switches."""
+    clock = {"host_s": 0.0, "cpu_s": 0.0}
+    timers = stand_in_timers(lambda: clock["host_s"])
+    timers["thread_time"] = lambda: clock["cpu_s"]
+    monkeypatch.setattr(timing, "l2_flush_buffer", lambda: torch.zeros(16))
+    monkeypatch.setattr(timing, "spin_rate", lambda timers: 1.0)
+
+    def kernel(x):
+        clock["host_s"] += 0.02 / 1e3
+        clock["cpu_s"] += 0.02 / 1e3  # the launch runs on the CPU all the time it takes
+        return x
+
+    def after_call(index, chosen, out, last, gpu_ms, host_ms):
+        clock["host_s"] += 0.4 / 1e3  # a check of 0.4 ms wall time, of which the thread ran 0.1 ms
+        clock["cpu_s"] += 0.1 / 1e3
+
+    schedule = timing.Schedule(os.urandom, trials=20, warmup=4)
+    result = timing.time_gpu(kernel, [[torch.ones(8)]], timers, schedule, after_call)
+    calls = len(result.samples_ms)
+    assert set(result.loop_cpu_ms) == set(result.loop_ms)
+    assert abs(result.loop_ms["check"] - 0.4 * calls) < 0.05
+    assert abs(result.loop_cpu_ms["check"] - 0.1 * calls) < 0.05
+    assert abs(result.loop_cpu_ms["launch"] - result.loop_ms["launch"]) < 0.05
+    if hasattr(__import__("resource"), "RUSAGE_THREAD"):
+        assert set(result.switches) == {"voluntary", "involuntary"}
+        assert all(isinstance(n, int) and n >= 0 for n in result.switches.values())
+
+
+def test_without_a_thread_clock_the_loop_reports_wall_time_only(monkeypatch):
+    timers = stand_in_timers(lambda: 0.0)
+    timers.pop("thread_time", None)
+    monkeypatch.setattr(timing, "l2_flush_buffer", lambda: torch.zeros(16))
+    monkeypatch.setattr(timing, "spin_rate", lambda timers: 1.0)
+    result = timing.time_gpu(lambda x: x, [[torch.ones(8)]], timers, timing.Schedule(os.urandom, 10, 2))
+    assert result.loop_ms and result.loop_cpu_ms == {}
