@@ -350,9 +350,15 @@ def capture_harness(guards: Any) -> None:
 
     for name in ("time_calls", "time_gpu", "time_cpu", "Schedule", "Staging", "l2_flush_buffer"):
         guards.capture(f"ksmith_triton.timing.{name}", timing, name)
-    for name in ("sample_positions", "encode_values"):
+    for name in ("sample_positions", "encode_values", "make_inputs", "seed_generators"):
         guards.capture(f"child_common.{name}", child_common, name)
     import torch
+
+    # What fresh inputs are drawn from, seeded by ``seed_generators`` (not callables, so named here). CUDA's
+    # tuple is set when CUDA starts: taken only once it has (the first inputs were made on the GPU).
+    guards.capture("torch.default_generator", torch, "default_generator")
+    if torch.cuda.is_initialized():
+        guards.capture("torch.cuda.default_generators", torch.cuda, "default_generators")
 
     for label, owner in (
         ("torch", torch),
