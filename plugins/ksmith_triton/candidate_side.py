@@ -370,6 +370,7 @@ def capture_harness(guards: Any) -> None:
         guards.capture_namespace(label, owner)
     for label, owner in (
         ("TimedCallCheck", TimedCallCheck),
+        ("GatherBuffers", GatherBuffers),
         ("timing.Schedule", timing.Schedule),
         ("timing.Staging", timing.Staging),
         ("Channel", Channel),
@@ -657,7 +658,10 @@ class TimedCallCheck:
         self.input_seed: int | None = None  # the seed of the last fresh inputs made
         self.kept: list[tuple[int, str, list[Any]]] = []  # (call, structure, copies) for the full checks
         # Seconds per part of the checks, summed over the calls (the report's ``check_ms``).
-        self.parts = dict.fromkeys(("rules", "samples", "full", "send"), 0.0)
+        # ``positions`` drawn, their elements ``gather``ed (queued on the GPU), the values ``encode``d.
+        self.parts = dict.fromkeys(("rules", "positions", "gather", "full", "encode", "send"), 0.0)
+        # Per output slot, buffers the gather reuses from call to call (``_gather``).
+        self._buffers: dict[int, GatherBuffers] = {}
         self._mark = 0.0
         # What ``queue`` gathered for ``__call__``: (call, structure, outputs, sample seed, samples).
         self._queued: tuple[int, str, list[Any], int, list[Any]] | None = None
@@ -717,15 +721,25 @@ class TimedCallCheck:
         self._lap("rules")
         seed = self._draw()
         positions = child_common.sample_positions(seed, [t.numel() for t in tensors])
+        self._lap("positions")
         values = []
-        for tensor, where in zip(tensors, positions):
+        for slot, (tensor, where) in enumerate(zip(tensors, positions)):
             if tensor.is_cuda:
-                where = where.pin_memory().to(tensor.device, non_blocking=True)
-                values.append(torch.take(tensor.detach(), where).to("cpu", non_blocking=True))
+                values.append(self._gather(slot, tensor.detach(), where))
             else:
                 values.append(torch.take(tensor.detach(), where.to(tensor.device)).to("cpu"))
         self._queued = (index, structure, tensors, seed, values)
-        self._lap("samples")
+        self._lap("gather")
+
+    def _gather(self, slot: int, tensor: Any, where: Any) -> Any:
+        """``tensor``'s elements at ``where`` into pinned host memory, queued on the stream: through buffers
+        kept per output slot (the positions' pinned and device copies, the values' device and pinned copies), so
+        a call's gather allocates nothing. Reusing them is safe: the loop waits for the GPU after every call, and
+        ``__call__`` reads the values before the next call's gather is queued."""
+        buffers = self._buffers.get(slot)
+        if buffers is None or not buffers.fits(tensor, where):
+            buffers = self._buffers[slot] = GatherBuffers(tensor, where.numel())
+        return buffers.gather(tensor, where)
 
     def keep(self, index: int, out: Any, last: bool) -> None:
         """Whether the call is fully checked, drawn now, and if so its outputs' copy queued: on the GPU once
@@ -758,6 +772,7 @@ class TimedCallCheck:
         self._mark = time.perf_counter()
         _, structure, tensors, seed, values = queued
         samples = [child_common.encode_values(v) for v in values]  # complete: the loop waited for the GPU
+        self._lap("encode")
         message: dict[str, Any] = {
             "index": index,
             "set": input_set,
@@ -773,7 +788,6 @@ class TimedCallCheck:
         }
         if self.full and self.full[-1] == index:
             message["full"] = True
-        self._lap("samples")
         self.channel.send("call", **message)
         self._lap("send")
 
@@ -790,6 +804,31 @@ class TimedCallCheck:
         }
         self.kept = []
         return described
+
+
+class GatherBuffers:
+    """The four buffers one output slot's sample gather goes through, for one dtype, device and count."""
+
+    def __init__(self, tensor: Any, count: int) -> None:
+        import torch
+
+        self.dtype, self.device, self.count = tensor.dtype, tensor.device, count
+        self.positions_host = torch.empty(count, dtype=torch.int64).pin_memory()
+        self.positions = torch.empty(count, dtype=torch.int64, device=tensor.device)
+        self.values = torch.empty(count, dtype=tensor.dtype, device=tensor.device)
+        self.values_host = torch.empty(count, dtype=tensor.dtype).pin_memory()
+
+    def fits(self, tensor: Any, where: Any) -> bool:
+        return tensor.dtype == self.dtype and tensor.device == self.device and where.numel() == self.count
+
+    def gather(self, tensor: Any, where: Any) -> Any:
+        import torch
+
+        self.positions_host.copy_(where)
+        self.positions.copy_(self.positions_host, non_blocking=True)
+        torch.take(tensor, self.positions, out=self.values)
+        self.values_host.copy_(self.values, non_blocking=True)
+        return self.values_host
 
 
 def release_cached_memory(device: str) -> None:

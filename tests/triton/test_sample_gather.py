@@ -1,0 +1,43 @@
+"""After every timed call on the GPU the check gathers sampled output elements through buffers it reuses from
+call to call (``GatherBuffers``): each call's report must still carry that call's own elements."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from ksmith_triton.candidate_side import TimedCallCheck
+from ksmith_triton.child_common import decode_values, sample_positions
+
+
+@pytest.mark.gpu
+def test_each_call_s_samples_are_its_own_elements_through_reused_buffers(tmp_path):
+    sent: list[dict] = []
+
+    class Channel:
+        def send(self, kind, **fields):
+            sent.append(fields)
+
+    check = TimedCallCheck(Channel(), os.urandom, tmp_path, False, 10, device="cuda")
+    outputs = [
+        torch.randn(5000, device="cuda"),
+        torch.randn(5000, device="cuda"),  # same slot, dtype and count: the same buffers
+        (torch.randn(100, device="cuda").half(), torch.randn(70, 90, device="cuda")),  # new ones
+        torch.randn(5000, device="cuda"),
+    ]
+    for index, out in enumerate(outputs):
+        last = index == len(outputs) - 1
+        check.queue(index, out)
+        torch.cuda.synchronize()  # what the loop does between the two halves
+        check.keep(index, out, last)
+        check(index, 0, out, last, 0.1, 0.1)
+    assert len(sent) == len(outputs)
+    for report, out in zip(sent, outputs):
+        tensors = list(out) if isinstance(out, tuple) else [out]
+        positions = sample_positions(report["seed"], [t.numel() for t in tensors])
+        for text, tensor, where in zip(report["samples"], tensors, positions):
+            got = decode_values(text, tensor.dtype, where.numel())
+            assert torch.equal(got, tensor.flatten().cpu()[where])
+    assert set(check.parts_ms()) == {"rules", "positions", "gather", "full", "encode", "send"}
