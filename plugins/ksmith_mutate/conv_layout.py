@@ -42,6 +42,7 @@ from ksmith_mutate.source_model import (
     LaunchSite,
     SourceModel,
     dotted_name,
+    imports_module,
     is_tl_call,
     keyword_value,
     name_of,
@@ -49,7 +50,6 @@ from ksmith_mutate.source_model import (
     walk,
 )
 from ksmith_mutate.tma import _code, _launch_argument
-from ksmith_mutate.whole_row import _imports
 
 Pairs = list[tuple[cst.CSTNode, cst.CSTNode]]
 
@@ -152,7 +152,9 @@ def {TO_NCHW}(y, bias):
 def conv_layout_changes(model: SourceModel) -> Iterator[tuple[str, Pairs, dict]]:
     """(description, pairs, detail) for each ``F.conv2d`` call in a wrapper function that the edit applies to."""
     if not (
-        _imports(model.module, "torch") and _imports(model.module, "triton") and _imports_tl(model.module)
+        imports_module(model.module, "torch")
+        and imports_module(model.module, "triton")
+        and imports_module(model.module, "triton.language", alias="tl")
     ):
         return
     anchor = _last_import(model.module)
@@ -196,21 +198,6 @@ def conv_layout_changes(model: SourceModel) -> Iterator[tuple[str, Pairs, dict]]
                 "then NCHW again with the bias in one Triton kernel"
             )
             yield description, pairs, {"direction": "up", "fused": None}
-
-
-def _imports_tl(module: cst.Module) -> bool:
-    """Whether the module has ``import triton.language as tl`` at its top level."""
-    for statement in module.body:
-        if isinstance(statement, cst.SimpleStatementLine):
-            for small in statement.body:
-                if isinstance(small, cst.Import) and any(
-                    dotted_name(alias.name) == "triton.language"
-                    and alias.asname is not None
-                    and name_of(alias.asname.name) == "tl"
-                    for alias in small.names
-                ):
-                    return True
-    return False
 
 
 def _last_import(module: cst.Module) -> cst.SimpleStatementLine | None:

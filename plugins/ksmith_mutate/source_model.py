@@ -577,3 +577,18 @@ class _MathFormScan(cst.CSTVisitor):
         scan = cls()
         node.visit(scan)
         return scan.forms
+
+
+def imports_module(module: cst.Module, name: str, alias: str | None = None) -> bool:
+    """Whether the module has a top-level ``import <name>`` (``import <name> as <alias>`` when ``alias`` is
+    given; not aliased otherwise)."""
+    for statement in module.body:
+        if isinstance(statement, cst.SimpleStatementLine):
+            for small in statement.body:
+                if isinstance(small, cst.Import) and any(
+                    dotted_name(imported.name) == name
+                    and (None if imported.asname is None else name_of(imported.asname.name)) == alias
+                    for imported in small.names
+                ):
+                    return True
+    return False

@@ -48,6 +48,7 @@ from ksmith_mutate.source_model import (
     KernelDef,
     SourceModel,
     grouped,
+    imports_module,
     is_tl_call,
     launch_grid,
     name_of,
@@ -58,7 +59,7 @@ from ksmith_mutate.source_model import (
     with_launch_grid,
 )
 from ksmith_mutate.tma import _code, _launch_argument
-from ksmith_mutate.whole_row import MAX_BLOCK, _imports, _passes
+from ksmith_mutate.whole_row import MAX_BLOCK, _passes
 
 Pairs = list[tuple[cst.CSTNode, cst.CSTNode]]
 
@@ -149,7 +150,7 @@ def split_row_changes(
 ) -> Iterator[tuple[str, Pairs, dict]]:
     """(description, pairs, detail) for each kernel whose long rows can be split, once per split in
     ``splits``."""
-    if not _imports(model.module, "triton") or not _imports(model.module, "torch"):
+    if not imports_module(model.module, "triton") or not imports_module(model.module, "torch"):
         return
     code = model.module.code
     if "def _split_row_reduce" in code or "def _split_row_sync" in code:

@@ -40,7 +40,7 @@ import libcst as cst
 from ksmith_mutate.source_model import (
     KernelDef,
     SourceModel,
-    name_of,
+    imports_module,
     range_from_zero,
     read_after,
     reads_and_writes,
@@ -59,7 +59,7 @@ MAX_BLOCK = 8192
 
 def whole_row_changes(model: SourceModel) -> Iterator[tuple[str, Pairs, dict]]:
     """(description, pairs, detail) for each kernel whose row passes can read one block once."""
-    if not _imports(model.module):
+    if not imports_module(model.module, "triton"):
         return
     for kernel in model.kernels.values():
         region = _passes(kernel)
@@ -95,18 +95,6 @@ def whole_row_changes(model: SourceModel) -> Iterator[tuple[str, Pairs, dict]]:
             ],
             {"direction": "up", "loops": loops},
         )
-
-
-def _imports(module: cst.Module, name: str = "triton") -> bool:
-    """Whether the module has a top-level ``import <name>`` (not aliased)."""
-    for statement in module.body:
-        if isinstance(statement, cst.SimpleStatementLine):
-            for small in statement.body:
-                if isinstance(small, cst.Import) and any(
-                    name_of(alias.name) == name and alias.asname is None for alias in small.names
-                ):
-                    return True
-    return False
 
 
 def _passes(kernel: KernelDef) -> tuple[int, int, str, str] | None:
