@@ -1,0 +1,63 @@
+"""Host time of the after-call check's sample gather (``TimedCallCheck.queue``) in a bare process, each variant
+with the GPU busy (a spin queued before it, as behind a timed call):
+
+    python benchmarks/sample_gather_cost.py
+
+``allocating`` is the gather as it was (positions pinned, copied to the GPU, gathered, copied back to new
+pinned memory); ``reused buffers`` is ``candidate_side.GatherBuffers``; the rest are its steps alone.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from ksmith_triton.child_common import sample_positions
+
+CALLS = 2000
+
+
+def main() -> None:
+    torch.set_num_threads(1)
+    out = torch.randn(16 * 2**20, device="cuda")
+    pinned_positions = torch.empty(512, dtype=torch.int64).pin_memory()
+    positions = torch.empty(512, dtype=torch.int64, device="cuda")
+    values = torch.empty(512, device="cuda")
+    pinned_values = torch.empty(512).pin_memory()
+
+    def allocating(seed):
+        (where,) = sample_positions(seed, [out.numel()])
+        where = where.pin_memory().to(out.device, non_blocking=True)
+        return torch.take(out, where).to("cpu", non_blocking=True)
+
+    def reused(seed):
+        (where,) = sample_positions(seed, [out.numel()])
+        pinned_positions.copy_(where)
+        positions.copy_(pinned_positions, non_blocking=True)
+        torch.take(out, positions, out=values)
+        pinned_values.copy_(values, non_blocking=True)
+        return pinned_values
+
+    variants = (
+        ("allocating", allocating),
+        ("reused buffers", reused),
+        ("positions", lambda seed: sample_positions(seed, [out.numel()])),
+        ("pin_memory", lambda seed: sample_positions(seed, [out.numel()])[0].pin_memory()),
+        ("take", lambda seed: torch.take(out, positions)),
+        ("to cpu non_blocking", lambda seed: values.to("cpu", non_blocking=True)),
+        ("allocating", allocating),
+    )
+    for name, variant in variants:
+        total = 0.0
+        for seed in range(CALLS):
+            torch.cuda._sleep(200000)
+            begin = time.perf_counter()
+            variant(seed)
+            total += time.perf_counter() - begin
+            torch.cuda.synchronize()
+        print(f"{name:22s} {total / CALLS * 1e6:8.1f} us per call")
+
+
+if __name__ == "__main__":
+    main()
