@@ -13,4 +13,6 @@ per-GPU lock (exclusive while timing, shared for other GPU work), ``admission.py
 # 5: fp32 convolutions without TF32 in the reference and the candidate (child_common.fp32_means_fp32)
 # 6: the roofline counts FLOPs (torch's counter) and parameter bytes, with a FLOP/s ceiling by compute dtype
 # 7: fused attention's FLOPs priced by ksmith (a causal mask computes about half of the scores)
-PROTOCOL_VERSION = 7
+# 8: a timed call's sample positions drawn only after the loop waited for its kernels (a kernel still running
+#    could read positions the host had written; docs/evaluation.md, "Every timed call is checked")
+PROTOCOL_VERSION = 8

@@ -626,14 +626,18 @@ class CheckRefused(Exception):
 
 class TimedCallCheck:
     """Runs after every timed call, before the next one starts (no candidate code runs in between): on the GPU
-    in three parts, ``queue`` as soon as the call returned, ``keep`` once the loop waited for the GPU (before
-    the next call's inputs are staged) and ``__call__`` on the host while the GPU prepares the next call.
+    in three parts, ``queue`` as soon as the call returned (the rules), ``keep`` once the loop waited for the
+    GPU (sample positions drawn, their gather queued, the full check decided; before the next call's inputs
+    are staged) and ``__call__`` on the host while the GPU prepares the next call.
 
-    Samples of every output at positions drawn only now (``urandom``, captured before the candidate loaded)
-    go to the driver at once with the call's times, so they are out of this process before the candidate runs
-    again; now and then (and on the last call if never before) the whole outputs are copied for a full
-    comparison, decided the same way (the call's report says ``full``). Which calls are looked at, and how,
-    cannot be known during a call. The copies are handed over after the timing (``export``).
+    Samples of every output at positions drawn only after the call's kernels have ended (``urandom``, captured
+    before the candidate loaded) go to the driver at once with the call's times, so they are out of this
+    process before the candidate runs again; now and then (and on the last call if never before) the whole
+    outputs are copied for a full comparison, decided the same way (the call's report says ``full``). Which
+    calls are looked at, and how, cannot be known during a call: a kernel still running can read host memory
+    (pinned memory, or any memory where the driver maps it), so nothing derived from a call's positions
+    exists in the process before the loop has waited for that call. The copies are handed over after the
+    timing (``export``).
     """
 
     FULL_CHECKS_PER_RUN = 3  # expected full comparisons per timing run
@@ -663,8 +667,10 @@ class TimedCallCheck:
         # Per output slot, buffers the gather reuses from call to call (``_gather``).
         self._buffers: dict[int, GatherBuffers] = {}
         self._mark = 0.0
-        # What ``queue`` gathered for ``__call__``: (call, structure, outputs, sample seed, samples).
-        self._queued: tuple[int, str, list[Any], int, list[Any]] | None = None
+        # What ``queue`` and ``keep`` prepared for ``__call__``: (call, structure, outputs, sample seed, samples;
+        # the last two ``None`` until ``keep`` draws them).
+        self._queued: tuple[int, str, list[Any], int | None, list[Any] | None] | None = None
+        self._gathered: Any = None  # a CUDA event recorded after each call's gather (``_sample``)
         self._decided: tuple[int, int | None] | None = None  # (call, its inputs' seed) ``keep`` decided on
         # Read once, before the first call: asking the driver for free memory inside the timed loop can wait
         # behind another process's new CUDA context.
@@ -694,13 +700,10 @@ class TimedCallCheck:
         self._mark = now
 
     def queue(self, index: int, out: Any) -> None:
-        """The first half of a call's check, run as soon as the call returned (on the GPU, before the loop
-        waits for it): the rules, then sample positions drawn now and the gather of those elements queued on
-        the stream behind the call's own kernels, copied to pinned host memory. No kernel of the call can see
-        the positions: they reach the GPU after its kernels, in stream order. ``__call__`` reads the samples
-        once the loop has waited for the GPU."""
-        import torch
-
+        """The first part of a call's check, run as soon as the call returned (on the GPU, before the loop
+        waits for it): the rules. The sample positions are not drawn here: the call's kernels may still be
+        running, and a kernel that polls host memory would see positions written there now (the pinned buffer
+        they are staged through has a fixed address), in time to write right values at them alone."""
         from ksmith_triton.guards import hooks_added
 
         self._mark = time.perf_counter()
@@ -718,7 +721,15 @@ class TimedCallCheck:
             noun = getattr(self.guards, "kernel_noun", "Triton kernel")
             raise CheckRefused(f"{code}: timed call {index + 1} launched no {noun}")
         structure, tensors = flatten_outputs(out)  # OutputError: the caller refuses the candidate
+        self._queued = (index, structure, tensors, None, None)
         self._lap("rules")
+
+    def _sample(self, tensors: list[Any]) -> tuple[int, list[Any]]:
+        """Positions drawn now and every output's elements at them: on the GPU queued on the stream (after the
+        call's kernels, which have ended: the loop waited for them), copied to pinned host memory, with an
+        event ``__call__`` waits on before it reads them; on the CPU taken at once."""
+        import torch
+
         seed = self._draw()
         positions = child_common.sample_positions(seed, [t.numel() for t in tensors])
         self._lap("positions")
@@ -728,30 +739,37 @@ class TimedCallCheck:
                 values.append(self._gather(slot, tensor.detach(), where))
             else:
                 values.append(torch.take(tensor.detach(), where.to(tensor.device)).to("cpu"))
-        self._queued = (index, structure, tensors, seed, values)
+        if any(t.is_cuda for t in tensors):
+            if self._gathered is None:
+                self._gathered = torch.cuda.Event()
+            self._gathered.record()
         self._lap("gather")
+        return seed, values
 
     def _gather(self, slot: int, tensor: Any, where: Any) -> Any:
         """``tensor``'s elements at ``where`` into pinned host memory, queued on the stream: through buffers
         kept per output slot (the positions' pinned and device copies, the values' device and pinned copies), so
-        a call's gather allocates nothing. Reusing them is safe: the loop waits for the GPU after every call, and
-        ``__call__`` reads the values before the next call's gather is queued."""
+        a call's gather allocates nothing. Reusing them is safe: the loop waits for the GPU after every call
+        (``keep`` runs after that wait), and ``__call__`` reads the values before the next call runs."""
         buffers = self._buffers.get(slot)
         if buffers is None or not buffers.fits(tensor, where):
             buffers = self._buffers[slot] = GatherBuffers(tensor, where.numel())
         return buffers.gather(tensor, where)
 
     def keep(self, index: int, out: Any, last: bool) -> None:
-        """Whether the call is fully checked, drawn now, and if so its outputs' copy queued: on the GPU once
-        the loop waited for the call and before the next call's inputs are staged (an output may be a view of
-        them). The last call is always fully checked if none was: the report needs one (a copy too large for
-        the GPU then fails as an out-of-memory, not as a forged report)."""
+        """The call's samples drawn and gathered (``_sample``), and whether it is fully checked, drawn now,
+        and if so its outputs' copy queued: on the GPU once the loop waited for the call and before the next
+        call's inputs are staged (an output may be a view of them). The last call is always fully checked if
+        none was: the report needs one (a copy too large for the GPU then fails as an out-of-memory, not as a
+        forged report)."""
         import torch
 
         if self._queued is None or self._queued[0] != index:  # not queued before the wait (the CPU's loop)
             self.queue(index, out)
         self._mark = time.perf_counter()
         _, structure, tensors, _, _ = self._queued
+        seed, values = self._sample(tensors)
+        self._queued = (index, structure, tensors, seed, values)
         drawn = self._draw() / 2**63 < self.full_rate
         if (drawn and self._copy_fits(tensors)) or (last and not self.full):
             self.full.append(index)
@@ -771,7 +789,10 @@ class TimedCallCheck:
         queued, self._queued = self._queued, None
         self._mark = time.perf_counter()
         _, structure, tensors, seed, values = queued
-        samples = [child_common.encode_values(v) for v in values]  # complete: the loop waited for the GPU
+        if self._gathered is not None:
+            self._gathered.synchronize()  # the gather only: queued before the next call's inputs and flush
+        self._lap("gather")
+        samples = [child_common.encode_values(v) for v in values]
         self._lap("encode")
         message: dict[str, Any] = {
             "index": index,

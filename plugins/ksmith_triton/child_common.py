@@ -165,13 +165,14 @@ def seed_generators(seed: int) -> None:
     """``torch.manual_seed(seed)``, at a fraction of its cost once CUDA is initialised.
 
     ``torch.manual_seed`` seeds every backend torch knows; one not initialised in the process (XPU and MTIA on
-    a CUDA machine) queues the call with a formatted traceback of the caller's stack, for the day it starts.
-    Made before every fresh input set, that was 0.3-1 ms of host time per call inside the timed loop's
-    exclusive hold (more the deeper the stack), and a queue that grows for as long as the process lives. With
-    CUDA initialised this seeds what inputs are drawn from -- the CPU generator and each CUDA device's default
-    generator -- to the state ``torch.manual_seed`` leaves them in; otherwise it is ``torch.manual_seed``."""
+    a CUDA machine) keeps the seed with a formatted traceback of the caller's stack, for the day it starts:
+    about 50 µs a call on an H100 host (more the deeper the stack), made before every fresh input set inside
+    the timed loop's exclusive hold (docs/benchmarks.md §1b8). With CUDA initialised this seeds what inputs
+    are drawn from -- the CPU generator and each CUDA device's default generator -- to the state
+    ``torch.manual_seed`` leaves them in; otherwise it is ``torch.manual_seed``."""
     import torch
 
+    seed = int(seed)  # as torch.manual_seed takes it (a numpy integer, say)
     if torch.cuda.is_initialized():
         torch.default_generator.manual_seed(seed)
         for generator in torch.cuda.default_generators:

@@ -5,9 +5,10 @@ warm-up calls (half to one and a half times the asked number), how many timed ca
 which input set each call gets. Nothing of it exists before the moment it is used, so a candidate that keeps
 state across calls cannot read ahead which call is the last, or which outputs will be looked at: after every
 timed call an ``after_call`` hook (the candidate's worker uses it to check samples of the outputs) runs
-before the next call starts. On the GPU a ``before_wait`` hook may queue work on the call's outputs right
-after its launch (the check's gather of samples): it runs behind the call's kernels on the stream, after the
-end event, so the one wait for the GPU covers both.
+before the next call starts. On the GPU a ``before_wait`` hook runs right after the launch, before the loop
+waits (the check's rules; work it queues runs behind the call's kernels, after the end event, and the one
+wait covers both), and an ``after_wait`` hook once the loop has waited (the check's sample positions are
+drawn there: a kernel still running could read what the host writes before the wait).
 
 GPU: the L2 cache is flushed (a buffer twice its size zeroed) before every call, then the GPU is kept busy
 with a calibrated spin (``torch.cuda._sleep``) while the host launches the call, so the CUDA events around
@@ -57,11 +58,12 @@ WARMUP_BUDGET_MS = 1000.0
 # inputs, whose seed is then the last entry of ``TimedCalls.input_seeds``.
 AfterCall = Callable[[int, int, Any, bool, float, float], None]
 # (timed call index, outputs): on the GPU, called as soon as the call is launched, before the loop waits for
-# the GPU, to queue work on the outputs behind the call's kernels (the after-call check's gather of samples).
+# the GPU (the after-call check's rules); work it queues runs behind the call's kernels.
 BeforeWait = Callable[[int, Any], None]
 # (timed call index, outputs, is it the last?): on the GPU, called once the loop waited for the call and
 # before the next call's inputs and flush are queued, to queue first what the next call must not change
-# (the after-call check's full copies of the outputs, which may be views of the inputs). ``after_call`` runs
+# (the after-call check's sample gather and full copies of the outputs, which may be views of the inputs;
+# nothing derived from the sample positions may exist before this wait). ``after_call`` runs
 # after them, while the GPU prepares the next call.
 AfterWait = Callable[[int, Any, bool], None]
 FreshInputs = Callable[[int], list[Any]]  # a seed -> inputs no call has had before
@@ -341,7 +343,7 @@ def time_gpu(
         lap("launch")
         if before_wait is not None:
             try:
-                before_wait(calls, out)  # queued behind the call: outside the events, no extra wait
+                before_wait(calls, out)  # anything queued runs behind the call: outside the events
             except BaseException:
                 sync()  # a refused call's kernels end inside the loop: the driver lets the lock go on the error
                 raise
