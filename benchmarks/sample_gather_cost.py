@@ -13,7 +13,8 @@ import time
 
 import torch
 
-from ksmith_triton.child_common import sample_positions
+from ksmith_triton.candidate_side import GatherBuffers
+from ksmith_triton.child_common import SAMPLES_PER_OUTPUT, sample_positions
 
 CALLS = 2000
 
@@ -21,10 +22,8 @@ CALLS = 2000
 def main() -> None:
     torch.set_num_threads(1)
     out = torch.randn(16 * 2**20, device="cuda")
-    pinned_positions = torch.empty(512, dtype=torch.int64).pin_memory()
-    positions = torch.empty(512, dtype=torch.int64, device="cuda")
-    values = torch.empty(512, device="cuda")
-    pinned_values = torch.empty(512).pin_memory()
+    buffers = GatherBuffers(out, SAMPLES_PER_OUTPUT)
+    positions, values = buffers.positions, buffers.values
 
     def allocating(seed):
         (where,) = sample_positions(seed, [out.numel()])
@@ -33,11 +32,7 @@ def main() -> None:
 
     def reused(seed):
         (where,) = sample_positions(seed, [out.numel()])
-        pinned_positions.copy_(where)
-        positions.copy_(pinned_positions, non_blocking=True)
-        torch.take(out, positions, out=values)
-        pinned_values.copy_(values, non_blocking=True)
-        return pinned_values
+        return buffers.gather(out, where)
 
     variants = (
         ("allocating", allocating),

@@ -453,6 +453,11 @@ def call_copies(copies: Any, calls: list[dict[str, Any]]) -> list[int] | None:
         return None
 
 
+def _mapping_or_none(value: Any) -> dict | None:
+    """A diagnostic mapping from the worker's report as it came, or ``None`` when it is not one."""
+    return value if isinstance(value, dict) else None
+
+
 def _call_placement(copies: Any, calls: list[dict[str, Any]], gpu_ms: list[float]) -> float | None:
     """``placement_spread`` of the timed calls (``None`` where the copies do not fit the calls reported)."""
     per_call = call_copies(copies, calls)
@@ -1317,12 +1322,8 @@ class Evaluation:
             "warmup": report.get("warmup"),
             "prequeue_ms": report.get("prequeue_ms"),
             "exposed_calls": int(report.get("exposed_calls") or 0),
-            "loop_ms": report.get("loop_ms") if isinstance(report.get("loop_ms"), dict) else None,
-            "loop_cpu_ms": report.get("loop_cpu_ms") if isinstance(report.get("loop_cpu_ms"), dict) else None,
-            "loop_switches": (
-                report.get("loop_switches") if isinstance(report.get("loop_switches"), dict) else None
-            ),
-            "check_ms": report.get("check_ms") if isinstance(report.get("check_ms"), dict) else None,
+            **{key: _mapping_or_none(report.get(key)) for key in ("loop_ms", "loop_cpu_ms", "loop_switches")},
+            "check_ms": _mapping_or_none(report.get("check_ms")),
             "host_median_ms": host_ms[len(host_ms) // 2],
             "fully_checked_calls": [int(c["index"]) for c in full],
             "full_checks_skipped_for_memory": int(report.get("full_checks_skipped") or 0),
