@@ -32,6 +32,16 @@ the evaluator's loop does, and without them the loop alone misses that part of a
 
     python benchmarks/timing_host_interference.py --out interference.json [--fresh] [--conditions ...]
 
+With ``--state`` the loop runs in parts of a candidate worker's state instead of a bare process, to find which
+part makes the same loop slower in a worker (docs/benchmarks.md §1b8): ``triton`` (the timed call a Triton
+kernel rather than torch ops), ``warm`` (the worker's warm-up: dynamo imported, its own kernel run under the
+guards' dispatch mode), ``guards`` (``Guards`` made, the clocks and the harness captured, installed, and the
+loop run through ``candidate_side.time_candidate``, the candidate's own loop, with the checks' interpreter-hook
+comparison; with ``triton``: the guards refuse a call that launches no Triton kernel), ``poison`` (the allocator poisoned before the loop) and ``ipc`` (an output shared through CUDA IPC
+before the loop, as the trials' outputs are). Each state in a process of its own (guards cannot be removed):
+
+    python benchmarks/timing_host_interference.py --out F --fresh --state triton warm guards --conditions idle
+
 It runs against the timing loop of the installed ksmith, with or without the ``after_wait`` hook (the loop
 before it had none), so the same script compares two versions of the loop.
 """
@@ -165,14 +175,96 @@ def raised_priority(step: int = 10):
         os.setpriority(os.PRIO_PROCESS, 0, before)
 
 
-def measure(repeats: int, trials: int, numel: int, priority: bool = False, fresh: bool = False) -> dict:
+TRITON_CALL = """
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _add_mul(x_ptr, y_ptr, z_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    x = tl.load(x_ptr + offsets, mask=mask)
+    y = tl.load(y_ptr + offsets, mask=mask)
+    z = tl.load(z_ptr + offsets, mask=mask)
+    tl.store(out_ptr + offsets, (x + y) * z, mask=mask)
+
+
+def add_mul(x, y, z):
+    out = x.new_empty(x.shape)
+    _add_mul[(triton.cdiv(x.numel(), 1024),)](x, y, z, out, x.numel(), BLOCK=1024)
+    return out
+"""
+
+
+class WorkerState:
+    """The parts of a candidate worker's state that ``--state`` names, set up in this process (see the module's
+    docstring); what the timed loop then runs."""
+
+    def __init__(self, parts: list[str], numel: int) -> None:
+        import importlib.util
+
+        import torch
+
+        self.parts = set(parts)
+        self.call = lambda x, y, z: (x + y) * z
+        if "triton" in self.parts:
+            # From a file: Triton reads a kernel's source, which ``-c`` code has none of.
+            path = Path(tempfile.mkdtemp()) / "interference_kernel.py"
+            path.write_text(TRITON_CALL)
+            spec = importlib.util.spec_from_file_location("interference_kernel", path)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            self.call = module.add_mul
+        if "warm" in self.parts:
+            from ksmith_triton.candidate_side import import_launch_path
+            from ksmith_triton.warmkernel import prepare_warm_kernel, run_warm_kernel
+
+            import_launch_path()
+            prepare_warm_kernel("cuda")
+            run_warm_kernel("cuda")
+        self.guards = self.hooks_before = None
+        if "guards" in self.parts:
+            from ksmith_triton.candidate_side import capture_harness
+            from ksmith_triton.guards import Guards, capture_timers, interpreter_hooks
+
+            self.guards = Guards(frozenset(), "cuda")
+            self.timers = capture_timers(self.guards, "cuda")
+            capture_harness(self.guards)
+            self.guards.install()
+            self.hooks_before = interpreter_hooks()
+        self.input_bytes = 3 * numel * 4
+        self.shared: list = []
+        if "ipc" in self.parts:
+            from ksmith_triton.candidate_side import SHARED_OUTPUTS, save_outputs
+
+            out = self.call(*[torch.randn(numel, device="cuda") for _ in range(3)])
+            save_outputs(Path(tempfile.mkdtemp()), "trial", "tensor", [out], share_cuda=True)
+            self.shared = SHARED_OUTPUTS
+
+    def before_loop(self) -> None:
+        if "poison" in self.parts:  # as around a worker's trials: poisoned, then the cache given back
+            from ksmith_triton.candidate_side import poison_allocator, release_cached_memory
+
+            poison_allocator(self.input_bytes)
+            release_cached_memory("cuda")
+
+
+def measure(
+    repeats: int,
+    trials: int,
+    numel: int,
+    priority: bool = False,
+    fresh: bool = False,
+    state: WorkerState | None = None,
+) -> dict:
     import inspect
     import types
 
     import torch
 
     from ksmith_triton import timing
-    from ksmith_triton.candidate_side import TimedCallCheck
+    from ksmith_triton.candidate_side import TimedCallCheck, time_candidate
     from ksmith_triton.child_common import make_inputs
 
     problem = types.ModuleType("interference_problem")
@@ -184,26 +276,45 @@ def measure(repeats: int, trials: int, numel: int, priority: bool = False, fresh
 
     inputs = [torch.randn(numel, device="cuda") for _ in range(3)]
     timers = timing.reference_timers("cuda")
+    call = state.call if state is not None else (lambda x, y, z: (x + y) * z)
+    guards = state.guards if state is not None else None
     per_call, parts = [], []
+    if guards is not None:  # as a candidate's timing runs (the background work's processes start outside it)
+        guards.candidate_phase = True
     with tempfile.TemporaryDirectory() as scratch:
         for _ in range(repeats):
-            check = TimedCallCheck(Channel(), os.urandom, Path(scratch), False, trials, device="cuda")
-            schedule = timing.Schedule(os.urandom, trials, 10)
+            if state is not None:
+                state.before_loop()
+            check = TimedCallCheck(
+                Channel(),
+                os.urandom,
+                Path(scratch),
+                False,
+                trials,
+                guards,
+                state.hooks_before if state is not None else None,
+                device="cuda",
+            )
             begin = time.perf_counter()
-            hooks = {"before_wait": check.queue}
-            if "after_wait" in inspect.signature(timing.time_gpu).parameters:
-                hooks["after_wait"] = check.keep
-            made = None
-            if fresh:
-
-                def made(seed: int, check=check) -> list:
-                    check.input_seed = seed  # as the candidate's loop does
-                    return make_inputs(problem, seed, "cuda")
-
             with raised_priority() if priority else contextlib.nullcontext():
-                result = timing.time_gpu(
-                    lambda x, y, z: (x + y) * z, [inputs], timers, schedule, check, made, **hooks
-                )
+                if guards is not None:  # the candidate's own loop, through the installed guards
+                    command = {"trials": trials, "warmup": 10}
+                    result = time_candidate(
+                        guards, call, problem, [inputs], state.timers, command, "cuda", check
+                    )
+                else:
+                    schedule = timing.Schedule(os.urandom, trials, 10)
+                    hooks = {"before_wait": check.queue}
+                    if "after_wait" in inspect.signature(timing.time_gpu).parameters:
+                        hooks["after_wait"] = check.keep
+                    made = None
+                    if fresh:
+
+                        def made(seed: int, check=check) -> list:
+                            check.input_seed = seed  # as the candidate's loop does
+                            return make_inputs(problem, seed, "cuda")
+
+                    result = timing.time_gpu(call, [inputs], timers, schedule, check, made, **hooks)
             wall_ms = (time.perf_counter() - begin) * 1e3
             per_call.append(wall_ms / (len(result.samples_ms) + result.warmup))
             parts.append({**result.loop_ms, **{f"check_{k}": v for k, v in check.parts_ms().items()}})
@@ -213,6 +324,8 @@ def measure(repeats: int, trials: int, numel: int, priority: bool = False, fresh
             parts[-1]["gpu_ms_median"] = statistics.median(result.samples_ms)
             parts[-1]["prequeue_ms"] = result.prequeue_ms
             parts[-1]["exposed"] = result.exposed
+    if guards is not None:
+        guards.candidate_phase = False
     keys = sorted({k for p in parts for k in p})
     return {
         "wall_ms_per_call_median": round(statistics.median(per_call), 4),
@@ -229,6 +342,14 @@ def main() -> int:
     parser.add_argument("--numel", type=int, default=16 * 2**20)
     parser.add_argument("--fresh", action="store_true", help="fresh inputs for a third of the calls")
     parser.add_argument(
+        "--state",
+        nargs="*",
+        default=[],
+        choices=["triton", "warm", "guards", "poison", "ipc"],
+        help="parts of a candidate worker's state to set up first (the candidate's loop always makes fresh "
+        "inputs)",
+    )
+    parser.add_argument(
         "--conditions",
         nargs="+",
         default=["idle", "cpu", "cpu+priority", "contexts", "contexts+priority", "cpu+contexts"],
@@ -237,19 +358,26 @@ def main() -> int:
     import torch
 
     torch.set_num_threads(1)  # as the evaluator's GPU workers run (child_common.host_threads_for_gpu_work)
+    state = WorkerState(args.state, args.numel) if args.state else None
     results = {
         "device": torch.cuda.get_device_name(),
         "torch": torch.__version__,
-        "fresh": args.fresh,
+        "fresh": args.fresh or (state is not None and state.guards is not None),
+        "state": args.state,
         "conditions": {},
     }
-    measure(2, args.trials, args.numel, fresh=args.fresh)  # warm: Triton, the allocators
+    measure(2, args.trials, args.numel, fresh=args.fresh, state=state)  # warm: Triton, the allocators
     for condition in args.conditions:
         procs = background(condition) if not condition.startswith("idle") else []
         try:
             time.sleep(10.0 if "live" in condition else 3.0 if procs else 0.0)  # 32 contexts take a while
             results["conditions"][condition] = measure(
-                args.repeats, args.trials, args.numel, priority="priority" in condition, fresh=args.fresh
+                args.repeats,
+                args.trials,
+                args.numel,
+                priority="priority" in condition,
+                fresh=args.fresh,
+                state=state,
             )
             # Background work that died (a torch without what it calls) would make this condition idle.
             results["conditions"][condition]["background_exited"] = sum(
