@@ -92,6 +92,32 @@ def median_details(verdicts: list[Any], field: str) -> dict[str, float]:
     )
 
 
+def host_cpu_seconds() -> tuple[float, float] | None:
+    """(busy, all) CPU seconds of the whole host since boot, from ``/proc/stat`` (every process, ksmith's and
+    anything else); ``None`` where there is none. Two readings bracket a pass: busy over all is how full the
+    host's CPUs were, busy over evaluations what one evaluation cost the host."""
+    try:
+        fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    except (OSError, ValueError, IndexError):
+        return None
+    ticks = os.sysconf("SC_CLK_TCK")
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle and iowait
+    total = sum(fields[:8])  # guest time is already inside user and nice
+    return (total - idle) / ticks, total / ticks
+
+
+def host_cpu_use(before: tuple[float, float] | None, after: tuple[float, float] | None, evaluations: int):
+    """What the host's CPUs did between two :func:`host_cpu_seconds` readings: busy seconds per evaluation and
+    the busy fraction of all CPUs."""
+    if before is None or after is None or after[1] <= before[1]:
+        return None
+    busy, total = after[0] - before[0], after[1] - before[1]
+    return {
+        "busy_s_per_evaluation": round(busy / max(1, evaluations), 2),
+        "busy_fraction": round(busy / total, 3),
+    }
+
+
 def loop_per_call(verdict: Any) -> dict[str, float]:
     """A verdict's timed-loop parts (wall, and ``cpu_`` for its thread's CPU time) divided by its timed calls."""
     timing = verdict.details.get("timing") or {}
@@ -236,9 +262,11 @@ def throughput(
         judge((load_problem(CASES / "scale_add.py"), load_candidate(CASES / "scale_add_ok.py")))
         started, wall_started = time.monotonic(), time.time()
         spawned, forked = POOL.spawned, POOL.forked
+        cpu_before = host_cpu_seconds()
         with GateSampler(options.device) as gate_samples:
             verdicts = list(pool.map(judge, work))
         seconds, wall_ended = time.monotonic() - started, time.time()
+        host_cpu = host_cpu_use(cpu_before, host_cpu_seconds(), len(verdicts))
         spawned, forked = POOL.spawned - spawned, POOL.forked - forked
     # Isolation: the seeds were timed above while seven other evaluations ran; time them again one at a time.
     # If other evaluations' GPU work leaked into timed loops, the loaded runtimes would be the slower ones.
@@ -269,6 +297,7 @@ def throughput(
         statuses[verdict.status.value] = statuses.get(verdict.status.value, 0) + 1
     phases = median_details(verdicts, "phases")
     steps = median_details(verdicts, "worker_steps")
+    cpu_s = median_details(verdicts, "cpu_s")
     loop_ms = medians(v.details.get("timing", {}).get("loop_ms") for v in verdicts)
     loop_cpu_ms = medians(v.details.get("timing", {}).get("loop_cpu_ms") for v in verdicts)
     loop_switches = medians(v.details.get("timing", {}).get("loop_switches") for v in verdicts)
@@ -298,6 +327,10 @@ def throughput(
         "statuses": statuses,
         "median_phase_seconds": phases,
         "median_worker_step_seconds": steps,
+        # Host CPU seconds per evaluation: its candidate worker, its reference requests, its evaluator thread
+        # (median over evaluations; details["cpu_s"]); and the whole host's CPUs over the measured pass.
+        "median_cpu_seconds": cpu_s,
+        "host_cpu": host_cpu,
         # Inside the candidate's timed loop (the exclusive lock): ms per part, median over evaluations.
         "median_timing_loop_ms": loop_ms,
         # The same parts in the loop thread's CPU time, and its context switches over the loop.
@@ -484,6 +517,10 @@ def main(argv: list[str] | None = None) -> int:
             )
             exposed = sum(e["timing"].get("exposed_calls", 0) for e in t["per_evaluation"] if e["timing"])
             print(f"    timed calls launched slower than their spin (all evaluations): {exposed}")
+            print(
+                f"    host CPU: median seconds per evaluation {t.get('median_cpu_seconds')}; the whole host over the "
+                f"pass {t.get('host_cpu')}"
+            )
             print(f"    timed loop, median ms per part: {t['median_timing_loop_ms']}")
             print(f"    timed loop, the thread's CPU ms per part: {t.get('median_timing_loop_cpu_ms')}")
             print(f"    timed loop, context switches: {t.get('median_timing_loop_switches')}")

@@ -43,6 +43,8 @@ sys.path.insert(0, str(HERE))
 from eval_protocol import (  # noqa: E402
     DEFAULT_PROBLEMS,
     THROUGHPUT_PROBLEMS,
+    host_cpu_seconds,
+    host_cpu_use,
     median_details,
     pairs_in,
     variants_of,
@@ -79,6 +81,7 @@ def summary(name: str, jobs: list[Any], verdicts: list[Any], seconds: float, gpu
         "median_eval_seconds": statistics.median(v.eval_seconds or 0.0 for v in verdicts),
         "median_phase_seconds": median_details(verdicts, "phases"),
         "median_worker_step_seconds": median_details(verdicts, "worker_steps"),
+        "median_cpu_seconds": median_details(verdicts, "cpu_s"),
         "per_evaluation": [
             {
                 "problem": job.problem.name,
@@ -100,9 +103,11 @@ def run_local(warm, measured, slots: int) -> dict:
     from ksmith_core.engine import evaluate_all
 
     evaluate_all(warm, slots, "local")
-    started = time.monotonic()
+    started, cpu = time.monotonic(), host_cpu_seconds()
     verdicts = evaluate_all(measured, slots, "local")
-    return summary("local1", measured, verdicts, time.monotonic() - started, 1)
+    seconds = time.monotonic() - started
+    host_cpu = host_cpu_use(cpu, host_cpu_seconds(), len(verdicts))
+    return summary("local1", measured, verdicts, seconds, 1, host_cpu=host_cpu)
 
 
 def run_ray(name: str, warm, measured, gpus: int, slots: int, kill_after: float | None) -> dict:
@@ -129,11 +134,12 @@ def run_ray(name: str, warm, measured, gpus: int, slots: int, kill_after: float 
                 ray.kill(victim, no_restart=True)
 
         thread = threading.Thread(target=killer, daemon=True) if kill_after is not None else None
-        started = time.monotonic()
+        started, cpu = time.monotonic(), host_cpu_seconds()
         if thread:
             thread.start()
         verdicts = evaluate_all(measured, slots * gpus, "ray", {"slots": slots})
         seconds = time.monotonic() - started
+        host_cpu = host_cpu_use(cpu, host_cpu_seconds(), len(verdicts))
         if thread:
             thread.join(timeout=5)
         lost_workers = [v for v in verdicts if any(r.startswith("WORKER_LOST") for r in v.reasons)]
@@ -145,6 +151,7 @@ def run_ray(name: str, warm, measured, gpus: int, slots: int, kill_after: float 
             seconds,
             gpus,
             actors=where,
+            host_cpu=host_cpu,
             slots=slots,
             killed=killed,
             actors_lost=pool.lost,
@@ -217,7 +224,8 @@ def main(argv: list[str] | None = None) -> int:
         results["configs"][name] = row
         args.out.write_text(json.dumps(results, indent=2, default=str))
         print(
-            f"{name}: {row['per_minute']:.1f}/min {row['statuses']}; median phases {row['median_phase_seconds']}",
+            f"{name}: {row['per_minute']:.1f}/min {row['statuses']}; median phases {row['median_phase_seconds']}; "
+            f"median CPU seconds {row['median_cpu_seconds']}; host CPU {row.get('host_cpu')}",
             file=sys.stderr,
             flush=True,
         )

@@ -181,10 +181,14 @@ class ReferenceWorker:
         reference worker while holding the GPU's lock."""
         with self.lock, hold if hold is not None else contextlib.nullcontext():
             child = self._running()
+            cpu_before = child.cpu_seconds()
             child.send({"op": op, **payload})
             result = child.wait_message(op, timeout_s)
             if not isinstance(result, dict) or result.get("kind") != op:
                 self._fail(result, f"answering {op!r}")
+            cpu_after = child.cpu_seconds()
+            if cpu_before is not None and cpu_after is not None:
+                charge_reference_cpu(cpu_after - cpu_before)
             if self.closed:  # retired while an evaluation still used it: the process it revived goes too
                 self._close_now()
             return result  # type: ignore[return-value]
@@ -225,6 +229,16 @@ class ReferenceWorker:
 
 _workers: dict[tuple, ReferenceWorker] = {}
 _workers_lock = threading.Lock()
+
+# Per thread: CPU seconds the reference processes spent answering the requests of the evaluation this thread
+# runs (``Evaluation.run`` opens the account; a reference process serves every evaluation of its problem, so
+# its own total says nothing about one of them).
+_reference_cpu = threading.local()
+
+
+def charge_reference_cpu(seconds: float) -> None:
+    if getattr(_reference_cpu, "seconds", None) is not None:
+        _reference_cpu.seconds += max(0.0, seconds)
 
 
 def reference_worker(problem: Problem, device: str, gpu: str | None, small: bool) -> ReferenceWorker:
@@ -826,6 +840,7 @@ class Evaluation:
         self.peaks = {"candidate": 0, "reference": 0}
         self.trials_reported = False
         self.sizes: dict[str, Any] = {}  # input and output bytes, from the reference process
+        self._thread_cpu_start = time.thread_time()
 
     # -- memory ------------------------------------------------------------------------------------------------
 
@@ -856,7 +871,21 @@ class Evaluation:
 
     # -- verdict helpers -------------------------------------------------------------------------------------
 
+    def cpu_seconds(self) -> dict[str, float]:
+        """Host CPU seconds this evaluation has cost so far (``details["cpu_s"]``, for whoever tunes
+        throughput): its candidate worker's process (start-up and warm-up included), what the reference
+        process spent on its requests made from this thread, and this thread's own."""
+        spent = {"evaluator": round(time.thread_time() - self._thread_cpu_start, 3)}
+        worker = self.child.cpu_seconds() if self.child is not None else None
+        if worker is not None:
+            spent["worker"] = round(worker, 3)
+        reference = getattr(_reference_cpu, "seconds", None)
+        if reference is not None:
+            spent["reference"] = round(reference, 3)
+        return spent
+
     def verdict(self, status: Status, reasons: list[str] | tuple[str, ...] = (), **fields: Any) -> Verdict:
+        self.details["cpu_s"] = self.cpu_seconds()
         if self.child is not None and status is not Status.OK:
             tails = self.child.output_tail()
             for stream in ("stdout", "stderr"):
@@ -940,6 +969,17 @@ class Evaluation:
     # -- the protocol ---------------------------------------------------------------------------------------------
 
     def run(self) -> Verdict:
+        # This evaluation's account of reference CPU; one it runs inside (a revalidation) gets it back, added.
+        outer = getattr(_reference_cpu, "seconds", None)
+        self._thread_cpu_start = time.thread_time()
+        _reference_cpu.seconds = 0.0
+        try:
+            return self._run_in_child()
+        finally:
+            inner = _reference_cpu.seconds
+            _reference_cpu.seconds = None if outer is None else outer + inner
+
+    def _run_in_child(self) -> Verdict:
         try:
             compile(self.candidate.source, "candidate.py", "exec")
         except SyntaxError as exc:

@@ -47,6 +47,18 @@ def private_dir(prefix: str) -> Path:
     return Path(tempfile.mkdtemp(prefix=prefix, dir=base))
 
 
+def process_cpu_seconds(pid: int) -> float | None:
+    """User and system CPU seconds of process ``pid`` and of the children it has waited for (Triton's ptxas, say),
+    from ``/proc/PID/stat`` as the kernel keeps them: read from outside, so the candidate cannot change them.
+    ``None`` where there is no such file (not Linux, or the process is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        # After the command's closing parenthesis: state is field 3, utime 14, stime 15, cutime 16, cstime 17.
+        return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 @dataclass
 class ChildExit:
     """How a child ended when it ended without a report we waited for."""
@@ -93,6 +105,7 @@ class Child:
         self.env = scrubbed_environment(env_extra)
         self.messages: queue.Queue[dict[str, Any] | None] = queue.Queue()
         self.forged = 0
+        self._cpu_at_kill: float | None = None  # ``cpu_seconds`` once the process is gone
         self.stdout_path = scratch / "stdout.txt"
         self.stderr_path = scratch / "stderr.txt"
         read_fd, write_fd = os.pipe()
@@ -156,6 +169,15 @@ class Child:
         except (BrokenPipeError, OSError, ValueError):
             return False
 
+    def cpu_seconds(self) -> float | None:
+        """CPU seconds the worker has used so far (see :func:`process_cpu_seconds`); once it was killed, what it
+        had used just before (its pid may belong to another process by then)."""
+        if self.proc.poll() is None:
+            now = process_cpu_seconds(self.proc.pid)
+            if now is not None:
+                return now
+        return self._cpu_at_kill
+
     def _rss_mb(self) -> float:
         try:
             pages = int(Path(f"/proc/{self.proc.pid}/statm").read_text().split()[1])
@@ -206,6 +228,8 @@ class Child:
         return ChildExit("exit", code)
 
     def kill(self) -> None:
+        if self._cpu_at_kill is None and self.proc.poll() is None:
+            self._cpu_at_kill = process_cpu_seconds(self.proc.pid)
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):

@@ -90,6 +90,9 @@ def test_a_request_queued_behind_another_holds_no_gpu_lock_while_it_waits(trace,
             time.sleep(0.3)
             return {"kind": op}
 
+        def cpu_seconds(self):
+            return None  # no process to read
+
     worker = ReferenceWorker.__new__(ReferenceWorker)
     worker.lock, worker.closed = threading.Lock(), False
     monkeypatch.setattr(worker, "_running", SlowChild, raising=False)

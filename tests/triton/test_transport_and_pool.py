@@ -288,6 +288,40 @@ def test_sequential_evaluations_reuse_warm_workers(reference_cache, monkeypatch)
     assert [v.status.value for v in verdicts] == ["ok", "incorrect", "ok"]
     assert pool_module.POOL.reused - before >= 2
     assert all("candidate_import_and_first_call" in v.phases for v in verdicts)
+    # Each verdict says what it cost the host: the worker ran the interpreted kernel, the reference process
+    # computed and compared the outputs it was sent.
+    for verdict in verdicts:
+        spent = verdict.details["cpu_s"]
+        assert spent["worker"] > 0.0 and spent["reference"] > 0.0 and spent["evaluator"] >= 0.0, spent
+
+
+def test_process_cpu_seconds_reads_the_kernels_account():
+    import os
+
+    from ksmith_triton.sandbox import process_cpu_seconds
+
+    before = process_cpu_seconds(os.getpid())
+    deadline = time.thread_time() + 0.3
+    while time.thread_time() < deadline:  # 0.3 s of this process's CPU
+        pass
+    after = process_cpu_seconds(os.getpid())
+    assert before is not None and after is not None and after - before >= 0.2
+    assert process_cpu_seconds(2**22 + 12345) is None  # above any pid Linux hands out
+
+
+def test_reference_cpu_is_charged_only_inside_an_evaluations_account():
+    from ksmith_triton import evaluator
+
+    evaluator._reference_cpu.seconds = None
+    evaluator.charge_reference_cpu(1.0)  # no evaluation on this thread: nothing to charge
+    assert evaluator._reference_cpu.seconds is None
+    evaluator._reference_cpu.seconds = 0.0
+    try:
+        evaluator.charge_reference_cpu(0.25)
+        evaluator.charge_reference_cpu(-1.0)  # a clock read out of order never takes CPU back
+        assert evaluator._reference_cpu.seconds == 0.25
+    finally:
+        evaluator._reference_cpu.seconds = None
 
 
 def test_concurrent_takes_start_no_more_spares_than_the_target(monkeypatch):
