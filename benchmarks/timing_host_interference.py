@@ -33,12 +33,17 @@ the evaluator's loop does, and without them the loop alone misses that part of a
     python benchmarks/timing_host_interference.py --out interference.json [--fresh] [--conditions ...]
 
 With ``--state`` the loop runs in parts of a candidate worker's state instead of a bare process, to find which
-part makes the same loop slower in a worker (docs/benchmarks.md §1b8): ``triton`` (the timed call a Triton
-kernel rather than torch ops), ``warm`` (the worker's warm-up: dynamo imported, its own kernel run under the
-guards' dispatch mode), ``guards`` (``Guards`` made, the clocks and the harness captured, installed, and the
-loop run through ``candidate_side.time_candidate``, the candidate's own loop, with the checks' interpreter-hook
-comparison; with ``triton``: the guards refuse a call that launches no Triton kernel), ``poison`` (the allocator poisoned before the loop) and ``ipc`` (an output shared through CUDA IPC
-before the loop, as the trials' outputs are). Each state in a process of its own (guards cannot be removed):
+part makes the same loop slower in a worker (docs/benchmarks.md §1b9):
+
+* ``triton``: the timed call is a Triton kernel rather than torch ops;
+* ``warm``: the worker's warm-up (dynamo imported, its own kernel run under the guards' dispatch mode);
+* ``guards``: ``Guards`` made, the clocks and the harness captured, installed, and the loop run through
+  ``candidate_side.time_candidate``, the candidate's own loop, with the checks' interpreter-hook comparison
+  (name ``triton`` with it: the guards refuse a call that launches no Triton kernel);
+* ``poison``: the allocator poisoned, then its cache given back, before each loop, as around a worker's trials;
+* ``ipc``: an output shared through CUDA IPC before the loop, as the trials' outputs are.
+
+Each state in a process of its own (guards cannot be removed):
 
     python benchmarks/timing_host_interference.py --out F --fresh --state triton warm guards --conditions idle
 
@@ -234,16 +239,16 @@ class WorkerState:
             self.guards.install()
             self.hooks_before = interpreter_hooks()
         self.input_bytes = 3 * numel * 4
-        self.shared: list = []
-        if "ipc" in self.parts:
-            from ksmith_triton.candidate_side import SHARED_OUTPUTS, save_outputs
+        if (
+            "ipc" in self.parts
+        ):  # the shared copy stays alive in candidate_side.SHARED_OUTPUTS, as in a worker
+            from ksmith_triton.candidate_side import save_outputs
 
             out = self.call(*[torch.randn(numel, device="cuda") for _ in range(3)])
             save_outputs(Path(tempfile.mkdtemp()), "trial", "tensor", [out], share_cuda=True)
-            self.shared = SHARED_OUTPUTS
 
     def before_loop(self) -> None:
-        if "poison" in self.parts:  # as around a worker's trials: poisoned, then the cache given back
+        if "poison" in self.parts:
             from ksmith_triton.candidate_side import poison_allocator, release_cached_memory
 
             poison_allocator(self.input_bytes)
