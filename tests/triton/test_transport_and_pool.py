@@ -288,11 +288,12 @@ def test_sequential_evaluations_reuse_warm_workers(reference_cache, monkeypatch)
     assert [v.status.value for v in verdicts] == ["ok", "incorrect", "ok"]
     assert pool_module.POOL.reused - before >= 2
     assert all("candidate_import_and_first_call" in v.phases for v in verdicts)
-    # Each verdict says what it cost the host: the worker ran the interpreted kernel, the reference process
-    # computed and compared the outputs it was sent.
+    # Each verdict says what it cost the host: the worker imported torch and ran the interpreted kernel (whole
+    # seconds). The reference process's share of a problem this small can be below the kernel's 10 ms tick,
+    # so it is only required to be there (its accounting: the test below).
     for verdict in verdicts:
         spent = verdict.details["cpu_s"]
-        assert spent["worker"] > 0.0 and spent["reference"] > 0.0 and spent["evaluator"] >= 0.0, spent
+        assert spent["worker"] > 0.0 and spent["reference"] >= 0.0 and spent["evaluator"] >= 0.0, spent
 
 
 def test_process_cpu_seconds_reads_the_kernels_account():
@@ -307,6 +308,36 @@ def test_process_cpu_seconds_reads_the_kernels_account():
     after = process_cpu_seconds(os.getpid())
     assert before is not None and after is not None and after - before >= 0.2
     assert process_cpu_seconds(2**22 + 12345) is None  # above any pid Linux hands out
+
+
+def test_a_reference_request_charges_the_cpu_its_process_spent_answering_it():
+    from ksmith_triton import evaluator
+    from ksmith_triton.evaluator import ReferenceWorker
+
+    class Answering:  # a reference process that spends 0.5 CPU-seconds on each answer
+        used = 1.0
+
+        def send(self, message):
+            self.op = message["op"]
+
+        def wait_message(self, op, timeout_s):
+            Answering.used += 0.5
+            return {"kind": op}
+
+        def cpu_seconds(self):
+            return Answering.used
+
+    worker = ReferenceWorker.__new__(ReferenceWorker)
+    worker.lock, worker.closed = threading.Lock(), False
+    child = Answering()
+    worker._running = lambda: child
+    evaluator._reference_cpu.seconds = 0.0
+    try:
+        worker.request("compare")
+        worker.request("check_samples")
+        assert evaluator._reference_cpu.seconds == 1.0
+    finally:
+        evaluator._reference_cpu.seconds = None
 
 
 def test_reference_cpu_is_charged_only_inside_an_evaluations_account():
