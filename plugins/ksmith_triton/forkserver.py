@@ -194,9 +194,15 @@ class ForkServer:
             self.proc.wait(timeout=5)
 
 
+def proc_stat_fields(pid: int) -> list[str]:
+    """The fields of ``/proc/PID/stat`` after the command's closing parenthesis (the command may hold spaces and
+    parentheses), so the state (field 3) comes first; ``OSError`` once the process is gone."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
 def _running(pid: int) -> bool:
     try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        state = proc_stat_fields(pid)[0]
     except (OSError, IndexError):
         return False
     return state != "Z"

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ksmith_triton.forkserver import ForkedProcess, ForkServer
+from ksmith_triton.forkserver import ForkedProcess, ForkServer, proc_stat_fields
 
 SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD")
 OUTPUT_TAIL_CHARS = 4000
@@ -52,8 +52,8 @@ def process_cpu_seconds(pid: int) -> float | None:
     from ``/proc/PID/stat`` as the kernel keeps them: read from outside, so the candidate cannot change them.
     ``None`` where there is no such file (not Linux, or the process is gone)."""
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        # After the command's closing parenthesis: state is field 3, utime 14, stime 15, cutime 16, cstime 17.
+        fields = proc_stat_fields(pid)
+        # From the state (field 3) on: utime is field 14, stime 15, cutime 16, cstime 17.
         return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError, IndexError):
         return None
