@@ -13,12 +13,17 @@ with ``--ray-slots`` evaluations per actor and ``slots x GPUs`` in flight.
 
 Configurations, in order (``--configs`` picks some):
 
-- ``local1``: the local executor on GPU 0 alone, ``slots`` in flight (what a run without Ray does);
+- ``local1``: the local executor on GPU 0 alone (every job pinned there), ``slots`` in flight (what a run
+  without Ray does);
 - ``ray1``: Ray, one GPU;
 - ``ray2``: Ray, two GPUs -- the target is ``ray2 / ray1 >= 1.8``;
 - ``fault2``: Ray, two GPUs, one busy actor killed (``ray.kill``) ``--kill-after`` seconds into the measured
   pass. Lost = evaluations whose verdict is ``WORKER_LOST`` or whose status differs from ``ray2``'s for the
   same candidate beyond timing noise (target 0); repeated = evaluations that ran again after their actor died.
+
+Each configuration also reports the host's busy CPU fraction and, from the lock trace (``KSMITH_GPU_LOCK_TRACE``,
+written beside ``--out``), the fraction of the measured pass each GPU's lock spent timing, draining, shared or
+idle. ``--worker-niceness N`` starts the local clusters with ``RAY_worker_niceness=N`` (Ray's default is 15).
 
 The results file is rewritten after every configuration, so a run cut short keeps what it finished; a
 second call with ``--resume`` skips the configurations already in it.
@@ -50,6 +55,9 @@ from eval_protocol import (  # noqa: E402
     variants_of,
 )
 
+from ksmith_triton.locks import LOCK_TRACE_ENV  # noqa: E402
+from ksmith_triton.locktrace import read_trace, summarise  # noqa: E402
+
 CONFIGS = ("local1", "ray1", "ray2", "fault2")
 
 
@@ -65,6 +73,13 @@ def workload(pairs: list[tuple[Any, Any]], variants: int, options: Any) -> tuple
     for index in range(max((len(v) for v in per_problem), default=0)):
         measured.extend(v[index] for v in per_problem if index < len(v))
     return warm, measured
+
+
+def on_gpu_zero(jobs: list[Any]) -> list[Any]:
+    """The jobs pinned to GPU 0 (``gpu_index``): without it the local pool spreads them over every GPU."""
+    from dataclasses import replace
+
+    return [replace(job, options=replace(job.options, gpu_index=0)) for job in jobs]
 
 
 def summary(name: str, jobs: list[Any], verdicts: list[Any], seconds: float, gpus: int, **extra) -> dict:
@@ -99,15 +114,32 @@ def summary(name: str, jobs: list[Any], verdicts: list[Any], seconds: float, gpu
     }
 
 
+def gpu_lock_use(wall_from: float, wall_to: float) -> dict[str, dict[str, float]] | None:
+    """Per GPU, the fraction of ``[wall_from, wall_to]`` its lock spent in each state (locktrace.py): how busy
+    each GPU's one-at-a-time work kept it while the pass ran."""
+    trace = os.environ.get(LOCK_TRACE_ENV)
+    if not trace or not Path(trace).exists():
+        return None
+    holds = read_trace(Path(trace))
+    use = {}
+    for gpu in sorted({str(h.get("gpu")) for h in holds}):
+        states = summarise([h for h in holds if str(h.get("gpu")) == gpu], wall_from, wall_to)["states"]
+        span = max(wall_to - wall_from, 1e-9)
+        if states:
+            use[gpu] = {state: round(seconds / span, 3) for state, seconds in states.items()}
+    return use
+
+
 def run_local(warm, measured, slots: int) -> dict:
     from ksmith_core.engine import evaluate_all
 
     evaluate_all(warm, slots, "local")
-    started, cpu = time.monotonic(), host_cpu_seconds()
+    started, cpu, wall = time.monotonic(), host_cpu_seconds(), time.time()
     verdicts = evaluate_all(measured, slots, "local")
     seconds = time.monotonic() - started
     host_cpu = host_cpu_use(cpu, host_cpu_seconds(), len(verdicts))
-    return summary("local1", measured, verdicts, seconds, 1, host_cpu=host_cpu)
+    lock = gpu_lock_use(wall, time.time())
+    return summary("local1", measured, verdicts, seconds, 1, host_cpu=host_cpu, gpu_lock=lock)
 
 
 def run_ray(name: str, warm, measured, gpus: int, slots: int, kill_after: float | None) -> dict:
@@ -134,12 +166,13 @@ def run_ray(name: str, warm, measured, gpus: int, slots: int, kill_after: float 
                 ray.kill(victim, no_restart=True)
 
         thread = threading.Thread(target=killer, daemon=True) if kill_after is not None else None
-        started, cpu = time.monotonic(), host_cpu_seconds()
+        started, cpu, wall = time.monotonic(), host_cpu_seconds(), time.time()
         if thread:
             thread.start()
         verdicts = evaluate_all(measured, slots * gpus, "ray", {"slots": slots})
         seconds = time.monotonic() - started
         host_cpu = host_cpu_use(cpu, host_cpu_seconds(), len(verdicts))
+        lock = gpu_lock_use(wall, time.time())
         if thread:
             thread.join(timeout=5)
         lost_workers = [v for v in verdicts if any(r.startswith("WORKER_LOST") for r in v.reasons)]
@@ -152,6 +185,7 @@ def run_ray(name: str, warm, measured, gpus: int, slots: int, kill_after: float 
             gpus,
             actors=where,
             host_cpu=host_cpu,
+            gpu_lock=lock,
             slots=slots,
             killed=killed,
             actors_lost=pool.lost,
@@ -186,6 +220,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--slots", type=int, default=8, help="Evaluations at once per GPU (--ray-slots).")
     parser.add_argument("--configs", nargs="+", choices=CONFIGS, default=list(CONFIGS))
     parser.add_argument("--kill-after", type=float, default=15.0, help="Seconds into fault2's measured pass.")
+    parser.add_argument(
+        "--worker-niceness",
+        type=int,
+        default=None,
+        help="Niceness of the local cluster's workers (RAY_worker_niceness; Ray's default is 15).",
+    )
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     parser.add_argument("--resume", action="store_true", help="Keep the configurations already in --out.")
     args = parser.parse_args(argv)
@@ -193,11 +233,16 @@ def main(argv: list[str] | None = None) -> int:
     from ksmith_core.environment import device_facts, versions
     from ksmith_core.model import EvalOptions
 
+    # Every hold of every GPU's lock, by the driver, the actors and their workers (they inherit the variable).
+    os.environ.setdefault(LOCK_TRACE_ENV, str(args.out.with_suffix(".locks.jsonl").resolve()))
+    if args.worker_niceness is not None:
+        os.environ["RAY_worker_niceness"] = str(args.worker_niceness)  # read by the raylet ray.init starts
     results: dict[str, Any] = {}
     if args.resume and args.out.exists():
         results = json.loads(args.out.read_text())
     results.setdefault("versions", versions())
     results.setdefault("device", device_facts(args.device))
+    results.setdefault("ray_worker_niceness", os.environ.get("RAY_worker_niceness", "Ray's default"))
     results.setdefault("configs", {})
     cache_dir = tempfile.mkdtemp(prefix="ksmith-ray-scaling-cache-")
     options = EvalOptions(device=args.device, cache_dir=cache_dir)
@@ -212,9 +257,11 @@ def main(argv: list[str] | None = None) -> int:
         # A fresh Triton kernel cache for each configuration: each compiles the workload's kernels anew.
         os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix=f"ksmith-ray-scaling-triton-{name}-")
         if name == "local1":
+            # GPU 0 alone: the driver's CUDA is initialised already (device facts), so hiding GPU 1 from it takes
+            # pinning every job; CUDA_VISIBLE_DEVICES still reaches its workers.
             os.environ["CUDA_VISIBLE_DEVICES"] = "0"
             try:
-                row = run_local(warm, measured, args.slots)
+                row = run_local(on_gpu_zero(warm), on_gpu_zero(measured), args.slots)
             finally:
                 os.environ.pop("CUDA_VISIBLE_DEVICES", None)
         else:
@@ -225,7 +272,8 @@ def main(argv: list[str] | None = None) -> int:
         args.out.write_text(json.dumps(results, indent=2, default=str))
         print(
             f"{name}: {row['per_minute']:.1f}/min {row['statuses']}; median phases {row['median_phase_seconds']}; "
-            f"median CPU seconds {row['median_cpu_seconds']}; host CPU {row.get('host_cpu')}",
+            f"median CPU seconds {row['median_cpu_seconds']}; host CPU {row.get('host_cpu')}; "
+            f"GPU lock {row.get('gpu_lock')}",
             file=sys.stderr,
             flush=True,
         )
