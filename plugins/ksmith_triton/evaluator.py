@@ -271,6 +271,22 @@ def child_env(device: str, gpu: str | None) -> dict[str, str]:
     return {"CUDA_VISIBLE_DEVICES": "", "TRITON_INTERPRET": "1"}
 
 
+# A candidate worker's CUDA context gets one hardware work queue instead of eight. Each queue is a channel the
+# driver sets up under a lock that the whole host shares, and every evaluation creates one context: on a 2x H200
+# host, 16 workers starting at once made 3.41 contexts/s with eight queues and 6.42 with one, whichever GPU
+# each used (benchmarks/cuda_context_rate.py, docs/benchmarks.md §8c). A candidate's kernels run one after
+# another on its stream, which one queue serves as well. A value in the user's environment is kept.
+WORKER_CONNECTIONS_ENV = "CUDA_DEVICE_MAX_CONNECTIONS"
+
+
+def candidate_env(device: str, gpu: str | None) -> dict[str, str]:
+    """A candidate worker's environment: a reference process's (``child_env``) and one work queue on a GPU."""
+    env = child_env(device, gpu)
+    if device == "cuda":
+        env[WORKER_CONNECTIONS_ENV] = os.environ.get(WORKER_CONNECTIONS_ENV, "1")
+    return env
+
+
 def serial_inductor_env() -> dict[str, str]:
     """Inductor compiling in its own process, one kernel after another, unless the user chose otherwise.
 
@@ -985,7 +1001,7 @@ class Evaluation:
         except SyntaxError as exc:
             self.error = f"candidate.py, line {exc.lineno}: {exc.msg}\n{(exc.text or '').rstrip()}"
             return self.verdict(Status.COMPILE_ERROR, [f"SYNTAX_ERROR: line {exc.lineno}: {exc.msg}"])
-        self.child = child = POOL.take(self.device, child_env(self.device, self.gpu))
+        self.child = child = POOL.take(self.device, candidate_env(self.device, self.gpu))
         try:
             child.rss_limit_mb = self.options.memory_limit_mb
             (child.scratch / "candidate.py").write_text(self.candidate.source, encoding="utf-8")

@@ -222,6 +222,46 @@ def test_workers_lock_the_same_files_as_their_driver(monkeypatch, tmp_path):
         assert hold._held is None
 
 
+def test_candidate_workers_get_one_cuda_work_queue_unless_the_user_chose(monkeypatch):
+    from ksmith_triton import evaluator
+
+    monkeypatch.delenv("CUDA_DEVICE_MAX_CONNECTIONS", raising=False)
+    env = evaluator.candidate_env("cuda", "2")
+    assert env["CUDA_DEVICE_MAX_CONNECTIONS"] == "1" and env["CUDA_VISIBLE_DEVICES"] == "2"
+    assert {k: v for k, v in env.items() if k != "CUDA_DEVICE_MAX_CONNECTIONS"} == evaluator.child_env(
+        "cuda", "2"
+    )
+    assert "CUDA_DEVICE_MAX_CONNECTIONS" not in evaluator.child_env(
+        "cuda", "2"
+    )  # reference processes: default
+    assert evaluator.candidate_env("cpu", None) == evaluator.child_env("cpu", None)
+    monkeypatch.setenv("CUDA_DEVICE_MAX_CONNECTIONS", "4")
+    assert evaluator.candidate_env("cuda", "2")["CUDA_DEVICE_MAX_CONNECTIONS"] == "4"
+
+
+def test_a_candidate_runs_in_the_environment_candidate_env_gives(reference_cache, monkeypatch):
+    """The wiring: what ``candidate_env`` returns is the environment the candidate's own process sees."""
+    from ksmith_core.model import Candidate
+    from ksmith_triton import evaluator
+
+    source = candidate("env_secret").source.replace(
+        'if "OPENAI_API_KEY" in os.environ:', 'if os.environ.get("KSMITH_TEST_CANDIDATE_ENV") != "seen":'
+    )
+    assert "KSMITH_TEST_CANDIDATE_ENV" in source
+    checks_its_environment = Candidate.from_source(source)
+    without = evaluate(problem("scale_add"), checks_its_environment, quick_options(reference_cache))
+    assert without.status.value != "ok"  # the check can fail
+
+    made = evaluator.candidate_env
+    monkeypatch.setattr(
+        evaluator,
+        "candidate_env",
+        lambda device, gpu: {**made(device, gpu), "KSMITH_TEST_CANDIDATE_ENV": "seen"},
+    )
+    verdict = evaluate(problem("scale_add"), checks_its_environment, quick_options(reference_cache))
+    assert verdict.status.value == "ok", (verdict.reasons, verdict.error)
+
+
 def test_gpu_workers_compile_with_inductor_in_their_own_process_unless_the_user_chose(monkeypatch):
     from ksmith_triton.evaluator import child_env
 
