@@ -14,6 +14,9 @@
   lists them in ``details["worker_losses"]``); a job that loses its worker every time gets a ``crashed``
   verdict with a ``WORKER_LOST: ...`` reason. Nothing of the kind escapes ``run``.
   An error of the *problem* (``ProblemError``) is raised as with the local executor.
+- **Priority.** Ray runs its workers at niceness 15; evaluations under an actor run at normal priority instead,
+  as in a local run (a local cluster started by the executor gets ``RAY_worker_niceness=0``; an actor lowers
+  its own where the OS allows; otherwise the driver warns).
 - **The driver stays the only writer.** Actors return verdicts and never touch the run store; the actors are
   not detached, so they end with the driver's Ray job, and a resumed run connects afresh.
 """
@@ -49,6 +52,7 @@ LOST_WORKER_ERRORS = (
     "ObjectLostError",
     "OutOfMemoryError",  # Ray's memory monitor killed the worker
 )
+RAY_NICENESS_ENV = "RAY_worker_niceness"  # Ray's setting for its workers' niceness (15 unless set)
 # Which plugins load is the driver's choice: actors load the same ones (they must be installed there too).
 FORWARDED_ENV = ("KSMITH_LOAD_PLUGINS", "KSMITH_DISABLE_PLUGINS", "KSMITH_PLUGIN_MODULES")
 
@@ -87,19 +91,47 @@ class EvalActor:
         # (candidate, reference and evaluator processes), letting every process use all cores cut two-GPU
         # throughput from 128.7 to 94.3 evaluations/min (docs/benchmarks.md, the Ray section).
         self.gpus = [str(g) for g in ray.get_gpu_ids()]
+        normal_priority()
 
     def ready(self) -> dict[str, Any]:
         """Where this actor runs (also: the driver waits on this to know the actor started)."""
-        return {"host": socket.gethostname(), "pid": os.getpid(), "gpus": self.gpus}
+        return {
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "gpus": self.gpus,
+            "niceness": normal_priority(),  # what the processes it starts inherit
+        }
 
     def evaluate(self, job: EvalJob) -> Verdict:
         from ksmith_core.engine import evaluate
 
+        normal_priority()  # this thread starts the candidate and reference processes: they inherit its niceness
         options = job.options
         if self.gpus and options.gpu_index is not None:
             # Ray shows this actor its own GPU only; the driver's index means nothing here.
             options = replace(options, gpu_index=None)
         return evaluate(job.problem, job.candidate, options)
+
+
+def normal_priority() -> int:
+    """Undo Ray's worker niceness for the calling thread where the OS allows it; the niceness it runs at.
+
+    Ray starts its workers at ``RAY_worker_niceness`` (15 by default), and every candidate and reference
+    process an actor starts inherits it, so a timed loop would yield to anything else on the host at normal
+    priority. Evaluations run at normal priority, as in a local run (docs/benchmarks.md §8c: the rates measured
+    at 15 and at 0 differ less than machines do). Lowering a niceness needs privilege (root or CAP_SYS_NICE),
+    so on a cluster started without ``RAY_worker_niceness=0`` an ordinary user's actors keep 15, and the driver
+    warns when an actor reports it.
+    Linux keeps a niceness per thread: this sets the calling thread's, which the processes it starts inherit.
+    """
+    current = os.getpriority(os.PRIO_PROCESS, 0)
+    if current > 0:
+        try:
+            os.setpriority(os.PRIO_PROCESS, 0, 0)
+        except OSError:
+            return current
+        return os.getpriority(os.PRIO_PROCESS, 0)
+    return current
 
 
 _remote_class: Any = None
@@ -147,6 +179,7 @@ class ActorPool:
         self._starting = 0
         self.started = 0  # actors started over the pool's life
         self.lost = 0  # actors that died under a job
+        self._warned_niceness = False
         env = {name: os.environ[name] for name in FORWARDED_ENV if name in os.environ}
         self._options: dict[str, Any] = {**self.resources, "max_concurrency": self.slots}
         if env:
@@ -236,6 +269,14 @@ class ActorPool:
                     return None
             raise RayClusterError(f"no Ray evaluation actor could start: {why}") from None
         self.started += 1
+        if where.get("niceness", 0) > 0 and not self._warned_niceness:
+            self._warned_niceness = True
+            log.warning(
+                "ray: evaluation actors run at niceness %s, as do the candidates they start, which slows "
+                "evaluations; start the cluster with RAY_worker_niceness=0 (e.g. `RAY_worker_niceness=0 ray start "
+                "...`)",
+                where["niceness"],
+            )
         log.info(
             "ray: evaluation actor started on %s (pid %s, GPUs %s, %d slots)",
             where["host"],
@@ -364,6 +405,10 @@ def pool_for(options: Mapping[str, Any]) -> ActorPool:
     with _pool_lock:
         if not ray.is_initialized():
             address = options.get("address") or os.environ.get("RAY_ADDRESS") or None
+            if address is None:
+                # A cluster started here runs its workers at the driver's priority (see normal_priority);
+                # the raylet reads this when it starts, and a user's own setting wins.
+                os.environ.setdefault(RAY_NICENESS_ENV, "0")
             try:
                 ray.init(address=address, logging_level=logging.WARNING)
             except Exception as exc:  # noqa: BLE001 - any failure to connect is one line for the user
