@@ -51,6 +51,7 @@ from eval_protocol import (  # noqa: E402
     host_cpu_seconds,
     host_cpu_use,
     median_details,
+    medians,
     pairs_in,
     variants_of,
 )
@@ -97,6 +98,12 @@ def summary(name: str, jobs: list[Any], verdicts: list[Any], seconds: float, gpu
         "median_phase_seconds": median_details(verdicts, "phases"),
         "median_worker_step_seconds": median_details(verdicts, "worker_steps"),
         "median_cpu_seconds": median_details(verdicts, "cpu_s"),
+        # The reference process's host seconds per step of each request kind (loading the candidate's outputs,
+        # the reference's outputs, the comparison), median over evaluations: which shared work stretches.
+        "median_reference_steps_s": {
+            kind: medians(v.details.get("reference_steps", {}).get(kind) for v in verdicts)
+            for kind in sorted({kind for v in verdicts for kind in v.details.get("reference_steps", {})})
+        },
         "per_evaluation": [
             {
                 "problem": job.problem.name,
@@ -123,10 +130,12 @@ def gpu_lock_use(wall_from: float, wall_to: float) -> dict[str, dict[str, float]
     holds = read_trace(Path(trace))
     use = {}
     for gpu in sorted({str(h.get("gpu")) for h in holds}):
-        states = summarise([h for h in holds if str(h.get("gpu")) == gpu], wall_from, wall_to)["states"]
+        summary = summarise([h for h in holds if str(h.get("gpu")) == gpu], wall_from, wall_to)
         span = max(wall_to - wall_from, 1e-9)
-        if states:
-            use[gpu] = {state: round(seconds / span, 3) for state, seconds in states.items()}
+        if summary["holders"]:
+            use[gpu] = {state: round(seconds / span, 3) for state, seconds in summary["states"].items()}
+            # How long each kind of hold lasted: with both GPUs busy, the holds that grow are the shared cost.
+            use[gpu]["median_held_s"] = {k: v["median_held_s"] for k, v in summary["holders"].items()}
     return use
 
 
@@ -138,8 +147,11 @@ def run_local(warm, measured, slots: int) -> dict:
     verdicts = evaluate_all(measured, slots, "local")
     seconds = time.monotonic() - started
     host_cpu = host_cpu_use(cpu, host_cpu_seconds(), len(verdicts))
-    lock = gpu_lock_use(wall, time.time())
-    return summary("local1", measured, verdicts, seconds, 1, host_cpu=host_cpu, gpu_lock=lock)
+    ended = time.time()
+    lock = gpu_lock_use(wall, ended)
+    return summary(
+        "local1", measured, verdicts, seconds, 1, host_cpu=host_cpu, gpu_lock=lock, wall_window=[wall, ended]
+    )
 
 
 def run_ray(name: str, warm, measured, gpus: int, slots: int, kill_after: float | None) -> dict:
@@ -172,7 +184,8 @@ def run_ray(name: str, warm, measured, gpus: int, slots: int, kill_after: float 
         verdicts = evaluate_all(measured, slots * gpus, "ray", {"slots": slots})
         seconds = time.monotonic() - started
         host_cpu = host_cpu_use(cpu, host_cpu_seconds(), len(verdicts))
-        lock = gpu_lock_use(wall, time.time())
+        ended = time.time()
+        lock = gpu_lock_use(wall, ended)
         if thread:
             thread.join(timeout=5)
         lost_workers = [v for v in verdicts if any(r.startswith("WORKER_LOST") for r in v.reasons)]
@@ -186,6 +199,7 @@ def run_ray(name: str, warm, measured, gpus: int, slots: int, kill_after: float 
             actors=where,
             host_cpu=host_cpu,
             gpu_lock=lock,
+            wall_window=[wall, ended],  # the measured pass on the wall clock, as the lock trace records holds
             slots=slots,
             killed=killed,
             actors_lost=pool.lost,
