@@ -1,5 +1,5 @@
 """Evaluations under Ray run at normal priority: Ray starts its workers at niceness 15, and every candidate and
-reference process an actor starts would inherit it (docs/benchmarks.md §8c measured what that costs).
+reference process an actor starts would inherit it (docs/benchmarks.md §8c).
 
 The first test needs no cluster (a stand-in ``ray`` module records what a new local cluster would be started
 with); the second asks an actor of a real local cluster.
