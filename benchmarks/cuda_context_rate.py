@@ -12,8 +12,8 @@ kept in flight; a configuration's rate is children finished per second over ``--
         [--mode torch driver] [--env "" "CUDA_DEVICE_MAX_CONNECTIONS=1"]
 
 ``--gpus 0,1`` hands GPUs out in turn. ``--mode driver`` makes the context through libcuda alone (no torch, no
-kernel), to tell the driver's cost from torch's; ``--env`` gives the children extra variables. ``--nice N`` runs the children at niceness N (Ray runs its workers at
-15). Each row also gives the median seconds of a child's steps, its CPU seconds, and how busy the host's CPUs
+kernel), to tell the driver's cost from torch's; ``--env`` gives the children extra variables; ``--nice N``
+runs them at niceness N (Ray runs its workers at 15). Each row also gives the median seconds of a child's steps, its CPU seconds, and how busy the host's CPUs
 were (``/proc/stat``). The table is printed last.
 """
 

@@ -12,23 +12,27 @@ pauses longer than 5 s, which separate a benchmark's passes (warm-up, measured p
 from __future__ import annotations
 
 import argparse
-import gzip
-import json
 from pathlib import Path
 
-from ksmith_triton.locktrace import summarise
+from ksmith_triton.locktrace import read_trace, summarise
 
 
-def read(path: Path) -> list[dict]:
-    opener = gzip.open if path.suffix == ".gz" else open
-    holds = []
-    with opener(path, "rt", encoding="utf-8") as lines:
-        for line in lines:
-            try:
-                holds.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue  # a process killed mid-write
-    return sorted((h for h in holds if isinstance(h, dict) and "got" in h), key=lambda h: h["got"])
+def per_gpu_use(holds: list[dict], start: float, end: float) -> dict[str, dict]:
+    """Per GPU of the trace, over ``[start, end]`` (wall clock): the fraction of it in each lock state, and per
+    kind of hold its number, median seconds held and median seconds waited."""
+    span = max(end - start, 1e-9)
+    use = {}
+    for gpu in sorted({str(h.get("gpu")) for h in holds}):
+        summary = summarise([h for h in holds if str(h.get("gpu")) == gpu], start, end)
+        if summary["holders"]:
+            use[gpu] = {
+                "states": {state: round(seconds / span, 3) for state, seconds in summary["states"].items()},
+                "holders": {
+                    name: {k: entry[k] for k in ("holds", "median_held_s", "median_waited_s")}
+                    for name, entry in summary["holders"].items()
+                },
+            }
+    return use
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -39,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--from", dest="start", type=float, default=None)
     parser.add_argument("--to", dest="end", type=float, default=None)
     args = parser.parse_args(argv)
-    holds = read(args.trace)
+    holds = read_trace(args.trace)
     if not holds:
         print("no holds in the trace")
         return 1
@@ -53,14 +57,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"trace ends at {last - origin:.1f} s")
     start = origin + (args.start or 0.0)
     end = origin + args.end if args.end is not None else max(h["released"] for h in holds)
-    for gpu in sorted({str(h.get("gpu")) for h in holds}):
-        summary = summarise([h for h in holds if str(h.get("gpu")) == gpu], start, end)
-        if not summary["holders"]:
-            continue
-        span = max(end - start, 1e-9)
-        states = ", ".join(f"{k} {v / span:.1%}" for k, v in summary["states"].items())
-        print(f"GPU {gpu}: {states}")
-        for name, entry in summary["holders"].items():
+    for gpu, use in per_gpu_use(holds, start, end).items():
+        print(f"GPU {gpu}: " + ", ".join(f"{k} {v:.1%}" for k, v in use["states"].items()))
+        for name, entry in use["holders"].items():
             print(
                 f"  {name:44} {entry['holds']:4d} holds, median held {entry['median_held_s']:.4f} s, "
                 f"waited {entry['median_waited_s']:.4f} s"

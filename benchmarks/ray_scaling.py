@@ -55,9 +55,10 @@ from eval_protocol import (  # noqa: E402
     pairs_in,
     variants_of,
 )
+from lock_holds import per_gpu_use  # noqa: E402
 
 from ksmith_triton.locks import LOCK_TRACE_ENV  # noqa: E402
-from ksmith_triton.locktrace import read_trace, summarise  # noqa: E402
+from ksmith_triton.locktrace import read_trace  # noqa: E402
 
 CONFIGS = ("local1", "ray1", "ray2", "fault2")
 
@@ -121,22 +122,14 @@ def summary(name: str, jobs: list[Any], verdicts: list[Any], seconds: float, gpu
     }
 
 
-def gpu_lock_use(wall_from: float, wall_to: float) -> dict[str, dict[str, float]] | None:
-    """Per GPU, the fraction of ``[wall_from, wall_to]`` its lock spent in each state (locktrace.py): how busy
-    each GPU's one-at-a-time work kept it while the pass ran."""
+def gpu_lock_use(wall_from: float, wall_to: float) -> dict[str, dict] | None:
+    """Per GPU, how its lock was used over ``[wall_from, wall_to]`` (``lock_holds.per_gpu_use``): the states'
+    fractions, and how long each kind of hold lasted (with both GPUs busy, the holds that grow are the shared
+    cost)."""
     trace = os.environ.get(LOCK_TRACE_ENV)
     if not trace or not Path(trace).exists():
         return None
-    holds = read_trace(Path(trace))
-    use = {}
-    for gpu in sorted({str(h.get("gpu")) for h in holds}):
-        summary = summarise([h for h in holds if str(h.get("gpu")) == gpu], wall_from, wall_to)
-        span = max(wall_to - wall_from, 1e-9)
-        if summary["holders"]:
-            use[gpu] = {state: round(seconds / span, 3) for state, seconds in summary["states"].items()}
-            # How long each kind of hold lasted: with both GPUs busy, the holds that grow are the shared cost.
-            use[gpu]["median_held_s"] = {k: v["median_held_s"] for k, v in summary["holders"].items()}
-    return use
+    return per_gpu_use(read_trace(Path(trace)), wall_from, wall_to)
 
 
 def run_local(warm, measured, slots: int) -> dict:

@@ -20,6 +20,7 @@ shared hold each timer saw released before it got the GPU).
 
 from __future__ import annotations
 
+import gzip
 import json
 import statistics
 from pathlib import Path
@@ -27,9 +28,12 @@ from typing import Any
 
 
 def read_trace(path: Path) -> list[dict[str, Any]]:
-    """The trace's holds, oldest first (lines that do not parse are skipped: a process killed mid-write)."""
+    """The trace's holds, oldest first (lines that do not parse are skipped: a process killed mid-write).
+    A ``.gz`` file is read as the gzipped trace (how benchmark results keep it)."""
+    path = Path(path)
+    data = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
     holds = []
-    for line in Path(path).read_text(encoding="utf-8").splitlines():
+    for line in data.decode("utf-8").splitlines():
         try:
             hold = json.loads(line)
         except json.JSONDecodeError:

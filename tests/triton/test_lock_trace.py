@@ -47,6 +47,22 @@ def test_the_states_of_a_window_add_up_exactly():
     assert "draining 0.5 s (25%)" in render(summary)
 
 
+def test_a_gzipped_trace_reads_as_the_trace(tmp_path):
+    import gzip
+
+    lines = [
+        json.dumps({"gpu": "0", "what": "b", "mode": "shared", "asked": 2.0, "got": 2.5, "released": 3.0}),
+        '{"gpu": "0", "what": "cut off mid-wr',  # a process killed while writing
+        json.dumps({"gpu": "1", "what": "a", "mode": "exclusive", "asked": 0.0, "got": 1.0, "released": 2.0}),
+    ]
+    plain = tmp_path / "trace.jsonl"
+    plain.write_text("\n".join(lines) + "\n")
+    packed = tmp_path / "trace.jsonl.gz"
+    packed.write_bytes(gzip.compress(plain.read_bytes()))
+    holds = read_trace(plain)
+    assert [h["what"] for h in holds] == ["a", "b"] and read_trace(packed) == holds
+
+
 def test_every_hold_is_traced_with_who_held_it_and_for_how_long(trace):
     got_shared = threading.Event()
 
