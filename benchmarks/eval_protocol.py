@@ -92,6 +92,13 @@ def median_details(verdicts: list[Any], field: str) -> dict[str, float]:
     )
 
 
+def median_reference_steps(verdicts: list[Any]) -> dict[str, dict[str, float]]:
+    """Per request kind, the median of the reference process's host seconds per step over the verdicts
+    (``details["reference_steps"]``: loading the candidate's outputs, the reference's outputs, the comparison)."""
+    kinds = sorted({kind for v in verdicts for kind in v.details.get("reference_steps", {})})
+    return {kind: medians(v.details.get("reference_steps", {}).get(kind) for v in verdicts) for kind in kinds}
+
+
 def host_cpu_seconds() -> tuple[float, float] | None:
     """(busy, all) CPU seconds of the whole host since boot, from ``/proc/stat`` (every process, ksmith's and
     anything else); ``None`` where there is none. Two readings bracket a pass: busy over all is how full the
@@ -302,10 +309,7 @@ def throughput(
     loop_cpu_ms = medians(v.details.get("timing", {}).get("loop_cpu_ms") for v in verdicts)
     loop_switches = medians(v.details.get("timing", {}).get("loop_switches") for v in verdicts)
     check_ms = medians(v.details.get("timing", {}).get("check_ms") for v in verdicts)
-    requests = sorted({kind for v in verdicts for kind in v.details.get("reference_steps", {})})
-    reference_steps = {
-        kind: medians(v.details.get("reference_steps", {}).get(kind) for v in verdicts) for kind in requests
-    }
+    reference_steps = median_reference_steps(verdicts)
     per_minute = len(verdicts) / seconds * 60.0
     trace = os.environ.get(LOCK_TRACE_ENV)
     gpu_lock = (

@@ -51,12 +51,13 @@ from eval_protocol import (  # noqa: E402
     host_cpu_seconds,
     host_cpu_use,
     median_details,
-    medians,
+    median_reference_steps,
     pairs_in,
     variants_of,
 )
 from lock_holds import per_gpu_use  # noqa: E402
 
+from ksmith_ray.executor import RAY_NICENESS_ENV  # noqa: E402
 from ksmith_triton.locks import LOCK_TRACE_ENV  # noqa: E402
 from ksmith_triton.locktrace import read_trace  # noqa: E402
 
@@ -99,12 +100,8 @@ def summary(name: str, jobs: list[Any], verdicts: list[Any], seconds: float, gpu
         "median_phase_seconds": median_details(verdicts, "phases"),
         "median_worker_step_seconds": median_details(verdicts, "worker_steps"),
         "median_cpu_seconds": median_details(verdicts, "cpu_s"),
-        # The reference process's host seconds per step of each request kind (loading the candidate's outputs,
-        # the reference's outputs, the comparison), median over evaluations: which shared work stretches.
-        "median_reference_steps_s": {
-            kind: medians(v.details.get("reference_steps", {}).get(kind) for v in verdicts)
-            for kind in sorted({kind for v in verdicts for kind in v.details.get("reference_steps", {})})
-        },
+        # Which of the reference process's steps stretch when both GPUs work (loading the outputs, or the rest).
+        "median_reference_steps_s": median_reference_steps(verdicts),
         "per_evaluation": [
             {
                 "problem": job.problem.name,
@@ -243,13 +240,13 @@ def main(argv: list[str] | None = None) -> int:
     # Every hold of every GPU's lock, by the driver, the actors and their workers (they inherit the variable).
     os.environ.setdefault(LOCK_TRACE_ENV, str(args.out.with_suffix(".locks.jsonl").resolve()))
     if args.worker_niceness is not None:
-        os.environ["RAY_worker_niceness"] = str(args.worker_niceness)  # read by the raylet ray.init starts
+        os.environ[RAY_NICENESS_ENV] = str(args.worker_niceness)  # read by the raylet ray.init starts
     results: dict[str, Any] = {}
     if args.resume and args.out.exists():
         results = json.loads(args.out.read_text())
     results.setdefault("versions", versions())
     results.setdefault("device", device_facts(args.device))
-    results.setdefault("ray_worker_niceness", os.environ.get("RAY_worker_niceness", "Ray's default"))
+    results.setdefault("ray_worker_niceness", os.environ.get(RAY_NICENESS_ENV, "Ray's default"))
     results.setdefault("configs", {})
     cache_dir = tempfile.mkdtemp(prefix="ksmith-ray-scaling-cache-")
     options = EvalOptions(device=args.device, cache_dir=cache_dir)

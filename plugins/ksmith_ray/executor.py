@@ -91,7 +91,6 @@ class EvalActor:
         # (candidate, reference and evaluator processes), letting every process use all cores cut two-GPU
         # throughput from 128.7 to 94.3 evaluations/min (docs/benchmarks.md, the Ray section).
         self.gpus = [str(g) for g in ray.get_gpu_ids()]
-        normal_priority()
 
     def ready(self) -> dict[str, Any]:
         """Where this actor runs (also: the driver waits on this to know the actor started)."""
@@ -272,9 +271,9 @@ class ActorPool:
         if where.get("niceness", 0) > 0 and not self._warned_niceness:
             self._warned_niceness = True
             log.warning(
-                "ray: evaluation actors run at niceness %s, as do the candidates they start, which slows "
-                "evaluations; start the cluster with RAY_worker_niceness=0 (e.g. `RAY_worker_niceness=0 ray start "
-                "...`)",
+                "ray: evaluation actors run at niceness %s, as do the candidates they start (a local run uses "
+                "normal priority); start the cluster with RAY_worker_niceness=0 (e.g. `RAY_worker_niceness=0 ray "
+                "start ...`)",
                 where["niceness"],
             )
         log.info(
