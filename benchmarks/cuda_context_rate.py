@@ -9,10 +9,10 @@ synchronize), compiles and launches the harness's warm-up kernel, and exits. ``-
 kept in flight; a configuration's rate is children finished per second over ``--count`` children.
 
     python benchmarks/cuda_context_rate.py --out F [--gpus 0 0,1] [--concurrency 1 8 16] [--nice 0 15]
-        [--mode torch driver] [--env "" "CUDA_DEVICE_MAX_CONNECTIONS=1"]
+        [--mode torch torch_context driver] [--env "" "CUDA_DEVICE_MAX_CONNECTIONS=1"]
 
 ``--gpus 0,1`` hands GPUs out in turn. ``--mode driver`` makes the context through libcuda alone (no torch, no
-kernel), to tell the driver's cost from torch's; ``--env`` gives the children extra variables; ``--nice N``
+kernel), to tell the driver's cost from torch's, and ``--mode torch_context`` torch's context without the kernel; ``--env`` gives the children extra variables; ``--nice N``
 runs them at niceness N (Ray runs its workers at 15). Each row also gives the median seconds of a child's steps, its CPU seconds, and how busy the host's CPUs
 were (``/proc/stat``). The table is printed last.
 """
@@ -72,10 +72,11 @@ def child(gpu: str, nice: int, mode: str, env: dict[str, str], write_fd: int) ->
 
             torch.cuda.init()
             torch.cuda.synchronize()
-            context = time.monotonic()
-            prepare_warm_kernel("cuda")
-            run_warm_kernel("cuda")
-            warm = time.monotonic()
+            context = warm = time.monotonic()
+            if mode == "torch":
+                prepare_warm_kernel("cuda")
+                run_warm_kernel("cuda")
+                warm = time.monotonic()
         usage = resource.getrusage(resource.RUSAGE_SELF)
         line = {
             "context_s": context - started,
@@ -158,9 +159,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--mode",
         nargs="+",
-        choices=["torch", "driver"],
+        choices=["torch", "torch_context", "driver"],
         default=["torch"],
-        help="torch: as a worker starts (context, warm-up kernel); driver: a context through libcuda alone.",
+        help="torch: as a worker starts (context, warm-up kernel); torch_context: torch's context alone, no "
+        "kernel; driver: a context through libcuda alone.",
     )
     parser.add_argument(
         "--env",
@@ -192,12 +194,12 @@ def main(argv: list[str] | None = None) -> int:
     results["device"] = device_facts("cuda")
     args.out.write_text(json.dumps(results, indent=2))
     print(
-        f"{'mode':6} {'env':32} {'gpus':6} {'conc':>4} {'nice':>4} {'per s':>6} {'context s':>9} {'warm s':>6} {'user s':>6} "
+        f"{'mode':13} {'env':32} {'gpus':6} {'conc':>4} {'nice':>4} {'per s':>6} {'context s':>9} {'warm s':>6} {'user s':>6} "
         f"{'sys s':>6}  host CPU"
     )
     for r in results["configs"]:
         print(
-            f"{r['mode']:6} {r['env'] or '-':32} {r['gpus']:6} {r['concurrency']:>4} {r['nice']:>4} {r['per_second']:>6} {r['median_context_s']!s:>9} "
+            f"{r['mode']:13} {r['env'] or '-':32} {r['gpus']:6} {r['concurrency']:>4} {r['nice']:>4} {r['per_second']:>6} {r['median_context_s']!s:>9} "
             f"{r['median_warm_s']!s:>6} {r['median_user_s']!s:>6} {r['median_sys_s']!s:>6}  {r['host_cpu']}"
         )
     return 0
