@@ -12,9 +12,10 @@ kept in flight; a configuration's rate is children finished per second over ``--
         [--mode torch torch_context driver] [--env "" "CUDA_DEVICE_MAX_CONNECTIONS=1"]
 
 ``--gpus 0,1`` hands GPUs out in turn. ``--mode driver`` makes the context through libcuda alone (no torch, no
-kernel), to tell the driver's cost from torch's, and ``--mode torch_context`` torch's context without the kernel; ``--env`` gives the children extra variables; ``--nice N``
-runs them at niceness N (Ray runs its workers at 15). Each row also gives the median seconds of a child's steps, its CPU seconds, and how busy the host's CPUs
-were (``/proc/stat``). The table is printed last.
+kernel), to tell the driver's cost from torch's, and ``--mode torch_context`` makes torch's context without the
+kernel, to tell the kernel's cost from the context's; ``--env`` gives the children extra variables; ``--nice N``
+runs them at niceness N (Ray runs its workers at 15). Each row also gives the median seconds of a child's
+steps, its CPU seconds, and how busy the host's CPUs were (``/proc/stat``). The table is printed last.
 """
 
 from __future__ import annotations
