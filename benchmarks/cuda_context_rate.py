@@ -9,11 +9,12 @@ synchronize), compiles and launches the harness's warm-up kernel, and exits. ``-
 kept in flight; a configuration's rate is children finished per second over ``--count`` children.
 
     python benchmarks/cuda_context_rate.py --out F [--gpus 0 0,1] [--concurrency 1 8 16] [--nice 0 15]
-        [--mode torch torch_context driver] [--env "" "CUDA_DEVICE_MAX_CONNECTIONS=1"]
+        [--mode torch torch_compiled torch_alloc torch_context driver] [--env "" "CUDA_DEVICE_MAX_CONNECTIONS=1"]
 
 ``--gpus 0,1`` hands GPUs out in turn. ``--mode driver`` makes the context through libcuda alone (no torch, no
-kernel), to tell the driver's cost from torch's, and ``--mode torch_context`` makes torch's context without the
-kernel, to tell the kernel's cost from the context's; ``--env`` gives the children extra variables; ``--nice N``
+kernel), to tell the driver's cost from torch's; ``torch_context``, ``torch_alloc`` and ``torch_compiled`` stop
+a worker's start-up after its context, its first allocation and its warm-up kernel's compile, to tell each
+step's cost from the next; ``--env`` gives the children extra variables; ``--nice N``
 runs them at niceness N (Ray runs its workers at 15). Each row also gives the median seconds of a child's
 steps, its CPU seconds, and how busy the host's CPUs were (``/proc/stat``). The table is printed last.
 """
@@ -36,6 +37,14 @@ sys.path.insert(0, str(HERE))
 
 from eval_protocol import host_cpu_seconds, host_cpu_use  # noqa: E402
 
+MODES = {
+    "torch": "as a worker starts (context, warm-up kernel compiled and launched under the guards)",
+    "torch_context": "torch's context alone",
+    "torch_alloc": "the context and a first allocation",
+    "torch_compiled": "the context, a first allocation and the warm-up kernel compiled, not launched",
+    "driver": "a context through libcuda alone",
+}
+
 
 def driver_context() -> None:
     """A context through the driver API alone (no torch): what the driver itself costs."""
@@ -55,7 +64,7 @@ def driver_context() -> None:
 
 
 def child(gpu: str, nice: int, mode: str, env: dict[str, str], write_fd: int) -> None:
-    """In the forked child: one context (and in ``torch`` mode the warm-up kernel), the times as a JSON line."""
+    """In the forked child: one context and as much of the warm-up as ``mode`` says, the times as a JSON line."""
     code = 1
     try:
         if nice:
@@ -73,11 +82,17 @@ def child(gpu: str, nice: int, mode: str, env: dict[str, str], write_fd: int) ->
 
             torch.cuda.init()
             torch.cuda.synchronize()
-            context = warm = time.monotonic()
-            if mode == "torch":
+            context = time.monotonic()
+            # The warm-up in parts, each mode one step further: the first allocation, then the kernel compiled
+            # (or read from Triton's cache), then its guarded launch (module load, launch, the guards' imports).
+            if mode == "torch_alloc":
+                torch.empty(64, device="cuda")
+                torch.cuda.synchronize()
+            elif mode in ("torch_compiled", "torch"):
                 prepare_warm_kernel("cuda")
-                run_warm_kernel("cuda")
-                warm = time.monotonic()
+                if mode == "torch":
+                    run_warm_kernel("cuda")
+            warm = time.monotonic()
         usage = resource.getrusage(resource.RUSAGE_SELF)
         line = {
             "context_s": context - started,
@@ -160,10 +175,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--mode",
         nargs="+",
-        choices=["torch", "torch_context", "driver"],
+        choices=list(MODES),
         default=["torch"],
-        help="torch: as a worker starts (context, warm-up kernel); torch_context: torch's context alone, no "
-        "kernel; driver: a context through libcuda alone.",
+        help="; ".join(f"{name}: {text}" for name, text in MODES.items()),
     )
     parser.add_argument(
         "--env",
@@ -195,12 +209,12 @@ def main(argv: list[str] | None = None) -> int:
     results["device"] = device_facts("cuda")
     args.out.write_text(json.dumps(results, indent=2))
     print(
-        f"{'mode':13} {'env':32} {'gpus':6} {'conc':>4} {'nice':>4} {'per s':>6} {'context s':>9} {'warm s':>6} {'user s':>6} "
+        f"{'mode':14} {'env':32} {'gpus':6} {'conc':>4} {'nice':>4} {'per s':>6} {'context s':>9} {'warm s':>6} {'user s':>6} "
         f"{'sys s':>6}  host CPU"
     )
     for r in results["configs"]:
         print(
-            f"{r['mode']:13} {r['env'] or '-':32} {r['gpus']:6} {r['concurrency']:>4} {r['nice']:>4} {r['per_second']:>6} {r['median_context_s']!s:>9} "
+            f"{r['mode']:14} {r['env'] or '-':32} {r['gpus']:6} {r['concurrency']:>4} {r['nice']:>4} {r['per_second']:>6} {r['median_context_s']!s:>9} "
             f"{r['median_warm_s']!s:>6} {r['median_user_s']!s:>6} {r['median_sys_s']!s:>6}  {r['host_cpu']}"
         )
     return 0
