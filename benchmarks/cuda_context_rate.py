@@ -9,13 +9,14 @@ synchronize), compiles and launches the harness's warm-up kernel, and exits. ``-
 kept in flight; a configuration's rate is children finished per second over ``--count`` children.
 
     python benchmarks/cuda_context_rate.py --out F [--gpus 0 0,1] [--concurrency 1 8 16] [--nice 0 15]
-        [--mode torch torch_compiled torch_alloc torch_context driver] [--env "" "CUDA_DEVICE_MAX_CONNECTIONS=1"]
+        [--mode torch torch_compiled torch_alloc torch_context driver]
+        [--env "" "CUDA_DEVICE_MAX_CONNECTIONS=1"]
 
 ``--gpus 0,1`` hands GPUs out in turn. ``--mode driver`` makes the context through libcuda alone (no torch, no
 kernel), to tell the driver's cost from torch's; ``torch_context``, ``torch_alloc`` and ``torch_compiled`` stop
 a worker's start-up after its context, its first allocation and its warm-up kernel's compile, to tell each
-step's cost from the next; ``--env`` gives the children extra variables; ``--nice N``
-runs them at niceness N (Ray runs its workers at 15). Each row also gives the median seconds of a child's
+step's cost from the next; ``--env`` gives the children extra variables; ``--nice N`` runs them at
+niceness N (Ray runs its workers at 15). Each row also gives the median seconds of a child's
 steps, its CPU seconds, and how busy the host's CPUs were (``/proc/stat``). The table is printed last.
 """
 
