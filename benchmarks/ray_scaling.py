@@ -52,6 +52,7 @@ from eval_protocol import (  # noqa: E402
     host_cpu_use,
     median_details,
     median_reference_steps,
+    medians,
     pairs_in,
     variants_of,
 )
@@ -102,6 +103,9 @@ def summary(name: str, jobs: list[Any], verdicts: list[Any], seconds: float, gpu
         "median_cpu_seconds": median_details(verdicts, "cpu_s"),
         # Which of the reference process's steps stretch when both GPUs work (loading the outputs, or the rest).
         "median_reference_steps_s": median_reference_steps(verdicts),
+        # Where the exclusive timing hold's time goes (making the timing inputs is "before"), and the checks'.
+        "median_timing_loop_ms": medians(v.details.get("timing", {}).get("loop_ms") for v in verdicts),
+        "median_timing_check_ms": medians(v.details.get("timing", {}).get("check_ms") for v in verdicts),
         "per_evaluation": [
             {
                 "problem": job.problem.name,
@@ -277,6 +281,7 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"{name}: {row['per_minute']:.1f}/min {row['statuses']}; median phases {row['median_phase_seconds']}; "
             f"median CPU seconds {row['median_cpu_seconds']}; host CPU {row.get('host_cpu')}; "
+            f"timed loop ms {row['median_timing_loop_ms']}; "
             f"GPU lock {row.get('gpu_lock')}",
             file=sys.stderr,
             flush=True,

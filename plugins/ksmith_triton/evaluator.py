@@ -179,7 +179,19 @@ class ReferenceWorker:
         another's request holds no lock meanwhile, so a timer never waits for a queue of comparisons that
         have not started. The order is always this worker first, the GPU's lock second; nothing waits for a
         reference worker while holding the GPU's lock."""
-        with self.lock, hold if hold is not None else contextlib.nullcontext():
+        with self.lock:
+            return self._exchange(op, timeout_s, hold, payload)
+
+    def _exchange(
+        self,
+        op: str,
+        timeout_s: float,
+        hold: contextlib.AbstractContextManager | None,
+        payload: dict[str, Any],
+        last: bool = True,
+    ) -> dict[str, Any]:
+        """One request answered, with ``self.lock`` held by the caller (``last``: the caller's final one)."""
+        with hold if hold is not None else contextlib.nullcontext():
             child = self._running()
             cpu_before = child.cpu_seconds()
             child.send({"op": op, **payload})
@@ -189,9 +201,9 @@ class ReferenceWorker:
             cpu_after = child.cpu_seconds()
             if cpu_before is not None and cpu_after is not None:
                 charge_reference_cpu(cpu_after - cpu_before)
-            if self.closed:  # retired while an evaluation still used it: the process it revived goes too
-                self._close_now()
-            return result  # type: ignore[return-value]
+        if last and self.closed:  # retired while an evaluation still used it: the process it revived goes too
+            self._close_now()
+        return result  # type: ignore[return-value]
 
     def compare_with_reference(
         self,
@@ -204,17 +216,25 @@ class ReferenceWorker:
         **options: Any,
     ) -> dict[str, Any]:
         """Reference outputs for ``seeds``, and the candidate's outputs (described by ``got``) compared with
-        them in the reference process; see ``reference_side.compare_with_reference``."""
-        return self.request(
-            "compare",
-            timeout_s,
-            hold,
-            init_seed=init_seed,
-            seeds=seeds,
-            got=got,
-            directory=str(directory),
-            **options,
-        )
+        them in the reference process; see ``reference_side.compare_with_reference``. The outputs are mapped
+        (or read from their files) before ``hold`` is taken and let go after it is given back: those are
+        driver calls, not GPU work, and they wait on other processes' (``reference_side._prepared``)."""
+        request = {"init_seed": init_seed, "seeds": seeds, "got": got, "directory": str(directory), **options}
+        if not got:
+            return self.request("compare", timeout_s, hold, **request)
+        with self.lock:
+            ready = self._exchange(
+                "prepare_outputs", timeout_s, None, {"got": got, "directory": str(directory)}, False
+            )
+            compared = self._exchange("compare", timeout_s, hold, {**request, "prepared": True}, False)
+            released = self._exchange("release_outputs", timeout_s, None, {})
+        # One account of the request's steps; the unheld ones are named so.
+        compared["steps"] = {
+            **ready.get("steps", {}),
+            **compared.get("steps", {}),
+            **released.get("steps", {}),
+        }
+        return compared
 
     def close(self) -> None:
         self.closed = True

@@ -59,7 +59,9 @@ def run_reference(channel: Channel, job: dict[str, Any]) -> int:
         torch.cuda.init()
         host_threads_for_gpu_work()
     handlers = {
+        "prepare_outputs": prepare_outputs,
         "compare": compare_with_reference,
+        "release_outputs": release_outputs,
         "check_samples": check_sampled_calls,
         "prepare_time": prepare_reference_timing,
         "time": reference_timing,
@@ -396,10 +398,46 @@ def _sample_shape_problem(
 _degenerate_known: dict[str, tuple[list[str], dict[str, Any]]] = {}
 
 
+# The candidate's outputs for the next comparison, by their position in its ``got``: mapped (CUDA IPC) or read
+# from their files (into host memory) by ``prepare_outputs`` before the comparison takes the GPU's lock, and let
+# go by ``release_outputs`` after it gave the lock back. Opening and closing an IPC mapping are driver calls
+# that wait on other processes' driver work (their new contexts above all): made inside the shared hold, they
+# lengthened every hold 2-5x once two GPUs of one host were busy (docs/benchmarks.md §8d), and the timers
+# waited for them. A failure to read one is kept in its place and reported by the comparison.
+_prepared: dict[int, Any] = {}
+
+
+def prepare_outputs(problem: types.ModuleType, device: str, command: dict[str, Any]) -> dict[str, Any]:
+    """Map or read the candidate's outputs described in ``got`` (no GPU work; see ``_prepared``)."""
+    from ksmith_triton.compare import load_outputs
+
+    clock = StepClock()
+    _prepared.clear()
+    directory = Path(command["directory"])
+    for index, report in enumerate(command["got"]):
+        try:
+            _prepared[index] = load_outputs(report, directory, device, place=False)
+        except Exception as exc:  # noqa: BLE001 - the comparison reports it as the candidate's forgery
+            _prepared[index] = exc
+            break  # the comparison stops at the first unreadable set
+    clock.lap("map outputs, unheld")
+    return {"prepared": len(_prepared), "steps": clock.rounded()}
+
+
+def release_outputs(problem: types.ModuleType, device: str, command: dict[str, Any]) -> dict[str, Any]:
+    """Let go of what ``prepare_outputs`` mapped or read (after the comparison's hold)."""
+    clock = StepClock()
+    released = len(_prepared)
+    _prepared.clear()
+    clock.lap("release outputs, unheld")
+    return {"released": released, "steps": clock.rounded()}
+
+
 def compare_with_reference(problem: types.ModuleType, device: str, command: dict[str, Any]) -> dict[str, Any]:
     """Reference outputs for the seeds, kept here on the device, and the candidate's outputs compared with
-    them: the candidate's process has reported and is idle or gone, and never sees these."""
-    from ksmith_triton.compare import compare_outputs, degenerate_reasons, load_outputs, tolerances
+    them: the candidate's process has reported and is idle or gone, and never sees these. With ``prepared``,
+    the outputs are those ``prepare_outputs`` mapped beforehand, else they are mapped or read here."""
+    from ksmith_triton.compare import compare_outputs, degenerate_reasons, load_outputs, placed, tolerances
 
     tolerance_for = tolerances(command["tolerances"])
     clock = StepClock()
@@ -433,11 +471,20 @@ def compare_with_reference(problem: types.ModuleType, device: str, command: dict
         directory = Path(command["directory"])
         # A streamed trial is compared alone: ``first`` / ``total`` say which of how many it is.
         label, count = command["label"], len(expected)
+        prepared = bool(command.get("prepared"))
         first, total = int(command.get("first") or 0), int(command.get("total") or count)
         for index, report in enumerate(command["got"][:count]):
             try:
                 clock.lap("compare")
-                got = load_outputs(report, directory, device)
+                if prepared:
+                    ready = _prepared.get(index)
+                    if ready is None:
+                        raise ValueError("these outputs were not prepared")
+                    if isinstance(ready, BaseException):
+                        raise ready
+                    got = placed(ready, device)
+                else:
+                    got = load_outputs(report, directory, device)
                 clock.lap("load outputs")
             except Exception as exc:  # noqa: BLE001 - unreadable or inconsistent files are the candidate's doing
                 comparisons.append(

@@ -380,6 +380,60 @@ def test_a_reference_request_charges_the_cpu_its_process_spent_answering_it():
         evaluator._reference_cpu.seconds = None
 
 
+def test_outputs_are_mapped_before_the_comparisons_hold_and_released_after_it(tmp_path):
+    """Mapping the candidate's outputs (CUDA IPC) and letting them go are driver calls, not GPU work: they
+    happen outside the shared hold, which covers the comparison alone; a comparison with nothing to map is
+    one request, as before."""
+    import contextlib
+
+    from ksmith_triton.evaluator import ReferenceWorker
+
+    held = []
+    sent = []
+
+    @contextlib.contextmanager
+    def hold():
+        held.append(True)
+        try:
+            yield
+        finally:
+            held.pop()
+
+    class Recording:
+        def send(self, message):
+            sent.append((message["op"], bool(held), message.get("prepared", False)))
+
+        def wait_message(self, op, timeout_s):
+            return {"kind": op, "steps": {f"{op} step": 0.5}}
+
+        def cpu_seconds(self):
+            return None
+
+    worker = ReferenceWorker.__new__(ReferenceWorker)
+    worker.lock, worker.closed = threading.Lock(), False
+    child = Recording()
+    worker._running = lambda: child
+    got = [{"structure": "tensor", "outputs": []}]
+    answer = worker.compare_with_reference(1, [2], got, tmp_path, hold=hold())
+    assert sent == [
+        ("prepare_outputs", False, False),
+        ("compare", True, True),
+        ("release_outputs", False, False),
+    ]
+    assert set(answer["steps"]) == {"prepare_outputs step", "compare step", "release_outputs step"}
+    sent.clear()
+    worker.compare_with_reference(1, [2], [], tmp_path, hold=hold())
+    assert sent == [("compare", True, False)]
+
+
+def test_a_real_reference_process_maps_the_outputs_outside_the_hold(reference_cache):
+    verdict = evaluate(problem("scale_add"), candidate("scale_add_ok"), quick_options(reference_cache))
+    assert verdict.status == "ok", verdict.reasons
+    steps = verdict.details["reference_steps"]["compare trial"]
+    assert steps["map outputs, unheld"] >= 0.0 and steps["release outputs, unheld"] >= 0.0
+    assert steps["load outputs"] >= 0.0  # the prepared outputs, placed on the device in the hold
+
+
 def test_reference_cpu_is_charged_only_inside_an_evaluations_account():
     from ksmith_triton import evaluator
 
