@@ -106,6 +106,21 @@ def summary(name: str, jobs: list[Any], verdicts: list[Any], seconds: float, gpu
         # Where the exclusive timing hold's time goes (making the timing inputs is "before"), and the checks'.
         "median_timing_loop_ms": medians(v.details.get("timing", {}).get("loop_ms") for v in verdicts),
         "median_timing_check_ms": medians(v.details.get("timing", {}).get("check_ms") for v in verdicts),
+        # The loop's own CPU time beside its wall time: a slower CPU shows in both, waiting in the wall alone.
+        "median_timing_loop_cpu_ms": medians(
+            v.details.get("timing", {}).get("loop_cpu_ms") for v in verdicts
+        ),
+        "median_timing_loop_switches": medians(
+            v.details.get("timing", {}).get("loop_switches") for v in verdicts
+        ),
+        "median_timing_loop_ms_by_gpu": {
+            gpu: medians(
+                v.details.get("timing", {}).get("loop_ms")
+                for v in verdicts
+                if str(v.details.get("gpu_uuid") or v.details.get("gpu")) == gpu
+            )
+            for gpu in sorted({str(v.details.get("gpu_uuid") or v.details.get("gpu")) for v in verdicts})
+        },
         "per_evaluation": [
             {
                 "problem": job.problem.name,
@@ -281,7 +296,8 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"{name}: {row['per_minute']:.1f}/min {row['statuses']}; median phases {row['median_phase_seconds']}; "
             f"median CPU seconds {row['median_cpu_seconds']}; host CPU {row.get('host_cpu')}; "
-            f"timed loop ms {row['median_timing_loop_ms']}; "
+            f"timed loop ms {row['median_timing_loop_ms']}; CPU ms {row['median_timing_loop_cpu_ms']}; "
+            f"switches {row['median_timing_loop_switches']}; by GPU {row['median_timing_loop_ms_by_gpu']}; "
             f"GPU lock {row.get('gpu_lock')}",
             file=sys.stderr,
             flush=True,
