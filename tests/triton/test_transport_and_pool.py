@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+import types
 from pathlib import Path
 
 import pytest
@@ -424,6 +425,19 @@ def test_outputs_are_mapped_before_the_comparisons_hold_and_released_after_it(tm
     sent.clear()
     worker.compare_with_reference(1, [2], [], tmp_path, hold=hold())
     assert sent == [("compare", True, False)]
+
+    # A process lost while letting go does not undo the comparison it answered.
+    class LostOnRelease(Recording):
+        def wait_message(self, op, timeout_s):
+            if op == "release_outputs":
+                return {"kind": "error", "reason": "gone"}
+            return super().wait_message(op, timeout_s)
+
+    worker.problem, worker.child = types.SimpleNamespace(name="scale_add"), None
+    child = LostOnRelease()
+    worker._running = lambda: child
+    answer = worker.compare_with_reference(1, [2], got, tmp_path, hold=hold())
+    assert answer["kind"] == "compare" and "compare step" in answer["steps"]
 
 
 def test_a_real_reference_process_maps_the_outputs_outside_the_hold(reference_cache):
