@@ -234,6 +234,8 @@ class ReferenceWorker:
                 # killed it, and the next request starts another).
                 log.debug("reference process of %s, releasing outputs: %s", self.problem.name, exc)
                 released = {}
+                if self.closed:
+                    self._close_now()
         # One account of the request's steps; the unheld ones are named so.
         compared["steps"] = {
             **ready.get("steps", {}),
