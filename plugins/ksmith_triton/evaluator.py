@@ -216,25 +216,34 @@ class ReferenceWorker:
         **options: Any,
     ) -> dict[str, Any]:
         """Reference outputs for ``seeds``, and the candidate's outputs (described by ``got``) compared with
-        them in the reference process; see ``reference_side.compare_with_reference``. The outputs are mapped
-        (or read from their files) before ``hold`` is taken and let go after it is given back: those are
-        driver calls, not GPU work, and they wait on other processes' (``reference_side._prepared``)."""
+        them in the reference process; see ``reference_side.compare_with_reference``. GPU outputs are mapped
+        before ``hold`` is taken and let go after it is given back: those are driver calls, not GPU work, and
+        they wait on other processes' (``reference_side._prepared``)."""
         request = {"init_seed": init_seed, "seeds": seeds, "got": got, "directory": str(directory), **options}
         if not got:
             return self.request("compare", timeout_s, hold, **request)
         with self.lock:
+            token = secrets.token_hex(8)
             ready = self._exchange(
-                "prepare_outputs", timeout_s, None, {"got": got, "directory": str(directory)}, False
+                "prepare_outputs",
+                timeout_s,
+                None,
+                {"got": got, "directory": str(directory), "token": token},
+                False,
             )
-            compared = self._exchange("compare", timeout_s, hold, {**request, "prepared": True}, False)
+            prepared_by, released = self.child, {}
             try:
-                released = self._exchange("release_outputs", timeout_s, None, {})
-            except ProblemError as exc:
-                # The comparison was answered; a process lost while letting go let go with it (``_fail``
-                # killed it, and the next request starts another).
-                log.debug("reference process of %s, releasing outputs: %s", self.problem.name, exc)
-                released = {}
-                if self.closed:
+                compared = self._exchange("compare", timeout_s, hold, {**request, "prepared": token}, False)
+            finally:
+                # Let go whatever happened to the comparison, where the process that mapped them still runs
+                # (one that failed was killed, and its mappings went with it). A process lost while letting go
+                # does not undo the comparison it answered.
+                if prepared_by is not None and self.child is prepared_by:
+                    try:
+                        released = self._exchange("release_outputs", timeout_s, None, {}, False)
+                    except ProblemError as exc:
+                        log.debug("reference process of %s, releasing outputs: %s", self.problem.name, exc)
+                if self.closed:  # retired while this request ran: the process it revived goes too
                     self._close_now()
         # One account of the request's steps; the unheld ones are named so.
         compared["steps"] = {

@@ -398,23 +398,31 @@ def _sample_shape_problem(
 _degenerate_known: dict[str, tuple[list[str], dict[str, Any]]] = {}
 
 
-# The candidate's outputs for the next comparison, by their position in its ``got``: mapped (CUDA IPC) or read
-# from their files (into host memory) by ``prepare_outputs`` before the comparison takes the GPU's lock, and let
-# go by ``release_outputs`` after it gave the lock back. Opening and closing an IPC mapping are driver calls
-# that wait on other processes' driver work (their new contexts above all): made inside the shared hold, they
-# lengthened every hold 2-5x once two GPUs of one host were busy (docs/benchmarks.md §8d), and the timers
-# waited for them. A failure to read one is kept in its place and reported by the comparison.
+# The candidate's outputs for the next comparison, by their position in its ``got``: mapped (CUDA IPC) by
+# ``prepare_outputs`` before the comparison takes the GPU's lock, and let go by ``release_outputs`` after it gave
+# the lock back. Opening and closing an IPC mapping are driver calls that wait on other processes' driver work
+# (their new contexts above all): made inside the shared hold, they lengthened every hold 2-5x once two GPUs of
+# one host were busy (docs/benchmarks.md §8d), and the timers waited for them. A set that cannot be mapped is
+# kept in its place as its error. Sets with output files are left to the comparison (read one at a time, as
+# before: read ahead they would all sit in host memory at once), and so is every set when the comparison's
+# token is not the one prepared here (this process started after the preparation, say): nothing prepared is
+# never a forgery.
 _prepared: dict[int, Any] = {}
+_prepared_token: list[str] = []
 
 
 def prepare_outputs(problem: types.ModuleType, device: str, command: dict[str, Any]) -> dict[str, Any]:
-    """Map or read the candidate's outputs described in ``got`` (no GPU work; see ``_prepared``)."""
+    """Map the candidate's GPU outputs described in ``got`` (no GPU work; see ``_prepared``)."""
     from ksmith_triton.compare import load_outputs
 
     clock = StepClock()
     _prepared.clear()
+    _prepared_token[:] = [str(command["token"])]
     directory = Path(command["directory"])
     for index, report in enumerate(command["got"]):
+        outputs = report.get("outputs") if isinstance(report, dict) else None
+        if not isinstance(outputs, list) or not all(isinstance(o, dict) and "ipc" in o for o in outputs):
+            continue
         try:
             _prepared[index] = load_outputs(report, directory, device, place=False)
         except Exception as exc:  # noqa: BLE001 - the comparison reports it as the candidate's forgery
@@ -425,18 +433,20 @@ def prepare_outputs(problem: types.ModuleType, device: str, command: dict[str, A
 
 
 def release_outputs(problem: types.ModuleType, device: str, command: dict[str, Any]) -> dict[str, Any]:
-    """Let go of what ``prepare_outputs`` mapped or read (after the comparison's hold)."""
+    """Let go of what ``prepare_outputs`` mapped (after the comparison's hold)."""
     clock = StepClock()
     released = len(_prepared)
     _prepared.clear()
+    _prepared_token.clear()
     clock.lap("release outputs, unheld")
     return {"released": released, "steps": clock.rounded()}
 
 
 def compare_with_reference(problem: types.ModuleType, device: str, command: dict[str, Any]) -> dict[str, Any]:
     """Reference outputs for the seeds, kept here on the device, and the candidate's outputs compared with
-    them: the candidate's process has reported and is idle or gone, and never sees these. With ``prepared``,
-    the outputs are those ``prepare_outputs`` mapped beforehand, else they are mapped or read here."""
+    them: the candidate's process has reported and is idle or gone, and never sees these. With ``prepared``
+    (the token ``prepare_outputs`` was given), the sets it mapped are used; the others are mapped or read
+    here."""
     from ksmith_triton.compare import compare_outputs, degenerate_reasons, load_outputs, placed, tolerances
 
     tolerance_for = tolerances(command["tolerances"])
@@ -471,20 +481,15 @@ def compare_with_reference(problem: types.ModuleType, device: str, command: dict
         directory = Path(command["directory"])
         # A streamed trial is compared alone: ``first`` / ``total`` say which of how many it is.
         label, count = command["label"], len(expected)
-        prepared = bool(command.get("prepared"))
+        prepared = command.get("prepared") is not None and [str(command["prepared"])] == _prepared_token
         first, total = int(command.get("first") or 0), int(command.get("total") or count)
         for index, report in enumerate(command["got"][:count]):
             try:
                 clock.lap("compare")
-                if prepared:
-                    ready = _prepared.get(index)
-                    if ready is None:
-                        raise ValueError("these outputs were not prepared")
-                    if isinstance(ready, BaseException):
-                        raise ready
-                    got = placed(ready, device)
-                else:
-                    got = load_outputs(report, directory, device)
+                ready = _prepared.get(index) if prepared else None
+                if isinstance(ready, BaseException):
+                    raise ready
+                got = placed(ready, device) if ready is not None else load_outputs(report, directory, device)
                 clock.lap("load outputs")
             except Exception as exc:  # noqa: BLE001 - unreadable or inconsistent files are the candidate's doing
                 comparisons.append(

@@ -12,6 +12,7 @@ import pytest
 import torch
 from evaluator_helpers import candidate, problem, quick_options
 
+from ksmith_core.errors import ProblemError
 from ksmith_triton import locks
 from ksmith_triton.candidate_side import save_outputs
 from ksmith_triton.compare import load_outputs, tolerance_table, tolerances
@@ -115,6 +116,7 @@ def test_gpu_lock_is_shared_between_work_and_exclusive_for_timing(tmp_path, monk
 
 _LOCK_SCRIPT = """
 import sys, time
+from ksmith_core.errors import ProblemError
 from ksmith_triton import locks
 role, log = sys.argv[1], sys.argv[2]
 def note(text):
@@ -402,7 +404,8 @@ def test_outputs_are_mapped_before_the_comparisons_hold_and_released_after_it(tm
 
     class Recording:
         def send(self, message):
-            sent.append((message["op"], bool(held), message.get("prepared", False)))
+            sent.append((message["op"], bool(held), message.get("prepared") is not None))
+            tokens.append(message.get("token") or message.get("prepared"))
 
         def wait_message(self, op, timeout_s):
             return {"kind": op, "steps": {f"{op} step": 0.5}}
@@ -410,10 +413,18 @@ def test_outputs_are_mapped_before_the_comparisons_hold_and_released_after_it(tm
         def cpu_seconds(self):
             return None
 
+        def output_tail(self):
+            return {"stderr": ""}
+
+        def kill(self):
+            pass
+
+    tokens = []
     worker = ReferenceWorker.__new__(ReferenceWorker)
     worker.lock, worker.closed = threading.Lock(), False
-    child = Recording()
-    worker._running = lambda: child
+    worker.problem = types.SimpleNamespace(name="scale_add")
+    worker.child = Recording()
+    worker._running = lambda: worker.child
     got = [{"structure": "tensor", "outputs": []}]
     answer = worker.compare_with_reference(1, [2], got, tmp_path, hold=hold())
     assert sent == [
@@ -421,6 +432,7 @@ def test_outputs_are_mapped_before_the_comparisons_hold_and_released_after_it(tm
         ("compare", True, True),
         ("release_outputs", False, False),
     ]
+    assert tokens[0] and tokens[0] == tokens[1]  # the comparison names the preparation it uses
     assert set(answer["steps"]) == {"prepare_outputs step", "compare step", "release_outputs step"}
     sent.clear()
     worker.compare_with_reference(1, [2], [], tmp_path, hold=hold())
@@ -433,19 +445,66 @@ def test_outputs_are_mapped_before_the_comparisons_hold_and_released_after_it(tm
                 return {"kind": "error", "reason": "gone"}
             return super().wait_message(op, timeout_s)
 
-    worker.problem, worker.child = types.SimpleNamespace(name="scale_add"), None
-    child = LostOnRelease()
-    worker._running = lambda: child
+    worker.child = LostOnRelease()
     answer = worker.compare_with_reference(1, [2], got, tmp_path, hold=hold())
     assert answer["kind"] == "compare" and "compare step" in answer["steps"]
+    assert worker.child is None  # the failed process was let go
+
+    # A comparison that fails (its process killed) sends no release to a process started after it.
+    class FailsToCompare(Recording):
+        def wait_message(self, op, timeout_s):
+            if op == "compare":
+                return {"kind": "error", "reason": "gone"}
+            return super().wait_message(op, timeout_s)
+
+    worker.child = FailsToCompare()
+    sent.clear()
+    with pytest.raises(ProblemError):
+        worker.compare_with_reference(1, [2], got, tmp_path, hold=hold())
+    assert [op for op, _, _ in sent] == ["prepare_outputs", "compare"]
 
 
-def test_a_real_reference_process_maps_the_outputs_outside_the_hold(reference_cache):
+def test_outputs_not_prepared_by_this_process_are_read_by_the_comparison(tmp_path):
+    """The comparison uses mapped sets only under the token they were prepared with; otherwise (a reference
+    process started after the preparation) it reads them itself: nothing prepared is never a forgery. A
+    set the preparation could not read is reported as the candidate's."""
+    from ksmith_triton import reference_side
+    from ksmith_triton.child_common import load_problem_module, make_inputs, make_model
+
+    case = Path(__file__).parent / "cases" / "scale_add.py"
+    prob = load_problem_module(case.read_text(), {"batch_size": 4, "dim": 256})
+    model = make_model(prob.Model, prob, 7, "cpu")
+    report = save_outputs(tmp_path, "trial_0", "tensor", [model(*make_inputs(prob, 11, "cpu"))])
+    command = {
+        "init_seed": 7,
+        "seeds": [11],
+        "got": [report],
+        "directory": str(tmp_path),
+        "label": "trial",
+        "tolerances": {"default": [1e-5, 1e-5]},
+    }
+    # File outputs are left to the comparison (read one set at a time): nothing is prepared for them.
+    assert reference_side.prepare_outputs(prob, "cpu", {**command, "token": "t1"})["prepared"] == 0
+    try:
+        reference_side._prepared[0] = ValueError("unmappable")
+        stale = reference_side.compare_with_reference(prob, "cpu", {**command, "prepared": "t0"})
+        assert [c["correct"] for c in stale["comparisons"]] == [True]
+        used = reference_side.compare_with_reference(prob, "cpu", {**command, "prepared": "t1"})
+        reason = used["comparisons"][0]["reasons"][0]
+        assert not used["comparisons"][0]["correct"]
+        assert reason.startswith("FORGED_OUTPUT: trial 0") and "unmappable" in reason
+    finally:
+        assert reference_side.release_outputs(prob, "cpu", {})["released"] == 1
+    assert not reference_side._prepared and not reference_side._prepared_token
+
+
+def test_a_real_reference_process_answers_the_three_requests_of_a_comparison(reference_cache):
+    # On the CPU the outputs are files, read by the comparison itself; the GPU test below maps them.
     verdict = evaluate(problem("scale_add"), candidate("scale_add_ok"), quick_options(reference_cache))
     assert verdict.status == "ok", verdict.reasons
     steps = verdict.details["reference_steps"]["compare trial"]
     assert steps["map outputs, unheld"] >= 0.0 and steps["release outputs, unheld"] >= 0.0
-    assert steps["load outputs"] >= 0.0  # the prepared outputs, placed on the device in the hold
+    assert steps["load outputs"] >= 0.0
 
 
 def test_reference_cpu_is_charged_only_inside_an_evaluations_account():
@@ -499,6 +558,8 @@ def test_gpu_outputs_reach_the_reference_by_either_transport(reference_cache, mo
     gpu = options(reference_cache, device="cuda", correctness_trials=5, timing_trials=100)
     good = evaluate(problem("scale_add"), candidate("two_kernels"), gpu)
     assert good.status.value == "ok", good.reasons
+    if transport == "ipc":  # mapped before the comparison's hold (files: read by the comparison)
+        assert good.details["reference_steps"]["compare trial"]["map outputs, unheld"] > 0.0
     bad = evaluate(problem("scale_add"), candidate("off_by_tolerance"), gpu)
     assert bad.status.value == "incorrect" and bad.mismatch.max_abs_error > 1e-3, bad.reasons
 
