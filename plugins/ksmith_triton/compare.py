@@ -58,10 +58,8 @@ def _dtype(name: str) -> Any:
     return value
 
 
-def load_outputs(report: dict[str, Any], directory: Path, device: str, place: bool = True) -> Outputs:
-    """The outputs a candidate worker described in ``report`` (files in ``directory``), on ``device``; with
-    ``place`` false, those read from files stay in host memory (``placed`` moves them later): reading them
-    and mapping the shared ones use no GPU time, so they may happen before the comparison takes the GPU."""
+def load_outputs(report: dict[str, Any], directory: Path, device: str) -> Outputs:
+    """The outputs a candidate worker described in ``report`` (files in ``directory``), on ``device``."""
     import torch
 
     tensors, devices = [], []
@@ -82,13 +80,8 @@ def load_outputs(report: dict[str, Any], directory: Path, device: str, place: bo
             raise ValueError(f"output file {name!r} is not a plain file of the worker's")
         raw = _read_regular_file(directory / name, nbytes)
         tensor = raw.view(dtype).reshape(shape) if nbytes else torch.empty(shape, dtype=dtype)
-        tensors.append(tensor.to(device) if place else tensor)
+        tensors.append(tensor.to(device))
     return Outputs(str(report["structure"]), tensors, devices)
-
-
-def placed(outputs: Outputs, device: str) -> Outputs:
-    """``outputs`` with every tensor on ``device`` (the mapped ones are there already: not copied)."""
-    return Outputs(outputs.structure, [t.to(device) for t in outputs.tensors], outputs.devices)
 
 
 def _read_regular_file(path: Path, nbytes: int) -> Any:

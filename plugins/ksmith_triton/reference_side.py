@@ -424,7 +424,7 @@ def prepare_outputs(problem: types.ModuleType, device: str, command: dict[str, A
         if not isinstance(outputs, list) or not all(isinstance(o, dict) and "ipc" in o for o in outputs):
             continue
         try:
-            _prepared[index] = load_outputs(report, directory, device, place=False)
+            _prepared[index] = load_outputs(report, directory, device)
         except Exception as exc:  # noqa: BLE001 - the comparison reports it as the candidate's forgery
             _prepared[index] = exc
             break  # the comparison stops at the first unreadable set
@@ -447,7 +447,7 @@ def compare_with_reference(problem: types.ModuleType, device: str, command: dict
     them: the candidate's process has reported and is idle or gone, and never sees these. With ``prepared``
     (the token ``prepare_outputs`` was given), the sets it mapped are used; the others are mapped or read
     here."""
-    from ksmith_triton.compare import compare_outputs, degenerate_reasons, load_outputs, placed, tolerances
+    from ksmith_triton.compare import compare_outputs, degenerate_reasons, load_outputs, tolerances
 
     tolerance_for = tolerances(command["tolerances"])
     clock = StepClock()
@@ -489,7 +489,7 @@ def compare_with_reference(problem: types.ModuleType, device: str, command: dict
                 ready = _prepared.get(index) if prepared else None
                 if isinstance(ready, BaseException):
                     raise ready
-                got = placed(ready, device) if ready is not None else load_outputs(report, directory, device)
+                got = ready if ready is not None else load_outputs(report, directory, device)
                 clock.lap("load outputs")
             except Exception as exc:  # noqa: BLE001 - unreadable or inconsistent files are the candidate's doing
                 comparisons.append(
