@@ -180,7 +180,10 @@ class ReferenceWorker:
         have not started. The order is always this worker first, the GPU's lock second; nothing waits for a
         reference worker while holding the GPU's lock."""
         with self.lock:
-            return self._exchange(op, timeout_s, hold, payload)
+            result = self._exchange(op, timeout_s, hold, payload)
+            if self.closed:  # retired while an evaluation still used it: the process it revived goes too
+                self._close_now()
+            return result
 
     def _exchange(
         self,
@@ -188,9 +191,8 @@ class ReferenceWorker:
         timeout_s: float,
         hold: contextlib.AbstractContextManager | None,
         payload: dict[str, Any],
-        last: bool = True,
     ) -> dict[str, Any]:
-        """One request answered, with ``self.lock`` held by the caller (``last``: the caller's final one)."""
+        """One request answered, with ``self.lock`` held by the caller."""
         with hold if hold is not None else contextlib.nullcontext():
             child = self._running()
             cpu_before = child.cpu_seconds()
@@ -201,8 +203,6 @@ class ReferenceWorker:
             cpu_after = child.cpu_seconds()
             if cpu_before is not None and cpu_after is not None:
                 charge_reference_cpu(cpu_after - cpu_before)
-        if last and self.closed:  # retired while an evaluation still used it: the process it revived goes too
-            self._close_now()
         return result  # type: ignore[return-value]
 
     def compare_with_reference(
@@ -229,18 +229,17 @@ class ReferenceWorker:
                 timeout_s,
                 None,
                 {"got": got, "directory": str(directory), "token": token},
-                False,
             )
             prepared_by, released = self.child, {}
             try:
-                compared = self._exchange("compare", timeout_s, hold, {**request, "prepared": token}, False)
+                compared = self._exchange("compare", timeout_s, hold, {**request, "prepared": token})
             finally:
                 # Let go whatever happened to the comparison, where the process that mapped them still runs
                 # (one that failed was killed, and its mappings went with it). A process lost while letting go
                 # does not undo the comparison it answered.
                 if prepared_by is not None and self.child is prepared_by:
                     try:
-                        released = self._exchange("release_outputs", timeout_s, None, {}, False)
+                        released = self._exchange("release_outputs", timeout_s, None, {})
                     except ProblemError as exc:
                         log.debug("reference process of %s, releasing outputs: %s", self.problem.name, exc)
                 if self.closed:  # retired while this request ran: the process it revived goes too
