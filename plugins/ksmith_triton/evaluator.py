@@ -1414,7 +1414,10 @@ class Evaluation:
             "warmup": report.get("warmup"),
             "prequeue_ms": report.get("prequeue_ms"),
             "exposed_calls": int(report.get("exposed_calls") or 0),
-            **{key: _mapping_or_none(report.get(key)) for key in ("loop_ms", "loop_cpu_ms", "loop_switches")},
+            **{
+                key: _mapping_or_none(report.get(key))
+                for key in ("loop_ms", "loop_cpu_ms", "loop_switches", "loop_allocations")
+            },
             "check_ms": _mapping_or_none(report.get("check_ms")),
             "host_median_ms": host_ms[len(host_ms) // 2],
             "fully_checked_calls": [int(c["index"]) for c in full],

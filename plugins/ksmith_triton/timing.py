@@ -143,6 +143,10 @@ class TimedCalls:
     # close: its host work itself was slow. Empty where the clock is not given (or on the CPU's loop).
     loop_cpu_ms: dict[str, float] = field(default_factory=dict)
     switches: dict[str, int] = field(default_factory=dict)
+    # Memory the loop asked the driver for (CUDA): ``device`` segments (cudaMalloc) and ``host`` pinned blocks
+    # (cudaHostAlloc) in the set-up and warm-up, and in the timed calls. Each is a driver call that can wait
+    # behind another process's new CUDA context inside the exclusive hold (docs/benchmarks.md §8f).
+    allocations: dict[str, int] = field(default_factory=dict)
 
 
 STAGING_COPIES = 3  # input buffers a timing loop rotates over (one when the inputs are large)
@@ -189,12 +193,17 @@ class Staging:
         return staged
 
 
-def l2_flush_buffer() -> Any:
+def l2_flush_bytes() -> int:
     import torch
 
     props = torch.cuda.get_device_properties(torch.cuda.current_device())
-    size = max(L2_FLUSH_MIN_BYTES, 2 * int(getattr(props, "L2_cache_size", 0) or 0))
-    return torch.empty(size, dtype=torch.int8, device="cuda")
+    return max(L2_FLUSH_MIN_BYTES, 2 * int(getattr(props, "L2_cache_size", 0) or 0))
+
+
+def l2_flush_buffer() -> Any:
+    import torch
+
+    return torch.empty(l2_flush_bytes(), dtype=torch.int8, device="cuda")
 
 
 def _after_first(values: list[float]) -> list[float]:
@@ -271,6 +280,7 @@ def time_gpu(
     thread_clock = timers.get("thread_time")  # the loop thread's CPU time: where its wall time went
     cpu_parts = dict.fromkeys(parts, 0.0)
     switches_before = thread_switches()
+    allocs_start = driver_allocations()
     mark = perf()
     cpu_mark = thread_clock() if thread_clock is not None else 0.0
 
@@ -318,6 +328,7 @@ def time_gpu(
     result = TimedCalls(samples_ms=[], warmup=done)
     start, end = event(enable_timing=True), event(enable_timing=True)
     calls = 0
+    allocs_warm = driver_allocations()
 
     def queue_next() -> tuple[int, int | None, list[Any], int]:
         """The next call's inputs staged and the L2 flushed, queued on the stream."""
@@ -391,7 +402,27 @@ def time_gpu(
     switches_after = thread_switches()
     if switches_before and switches_after:
         result.switches = {k: switches_after[k] - switches_before[k] for k in switches_after}
+    allocs_end = driver_allocations()
+    if allocs_start and allocs_warm and allocs_end:
+        for kind in allocs_start:
+            result.allocations[f"{kind}_warmup"] = allocs_warm[kind] - allocs_start[kind]
+            result.allocations[f"{kind}_calls"] = allocs_end[kind] - allocs_warm[kind]
     return result
+
+
+def driver_allocations() -> dict[str, int]:
+    """How many times this process's caching allocators have asked the CUDA driver for memory so far:
+    ``device`` segments and ``host`` (pinned) blocks. Empty where CUDA is not running or torch does not say."""
+    import torch
+
+    if not torch.cuda.is_available() or not torch.cuda.is_initialized():
+        return {}
+    try:
+        device = int(torch.cuda.memory_stats().get("num_device_alloc", -1))
+        host = int(torch.cuda.host_memory_stats().get("num_host_alloc", -1))
+    except (AttributeError, RuntimeError):
+        return {}
+    return {"device": device, "host": host} if device >= 0 and host >= 0 else {}
 
 
 def thread_switches() -> dict[str, int]:

@@ -258,3 +258,35 @@ def test_without_a_thread_clock_the_loop_reports_wall_time_only(monkeypatch):
     monkeypatch.setattr(timing, "spin_rate", lambda timers: 1.0)
     result = timing.time_gpu(lambda x: x, [[torch.ones(8)]], timers, timing.Schedule(os.urandom, 10, 2))
     assert result.loop_ms and result.loop_cpu_ms == {}
+
+
+def test_the_loop_counts_what_it_asked_the_driver_for_in_the_warm_up_and_in_the_timed_calls(monkeypatch):
+    """Each driver allocation inside the exclusive hold can wait behind another process's new context: the
+    report splits them between the set-up and warm-up and the timed calls."""
+    asked = {"device": 0, "host": 0}
+    monkeypatch.setattr(timing, "driver_allocations", lambda: dict(asked))
+    monkeypatch.setattr(timing, "l2_flush_buffer", lambda: torch.zeros(16))
+    monkeypatch.setattr(timing, "spin_rate", lambda timers: 1.0)
+    calls = {"n": 0}
+
+    def kernel(x):
+        calls["n"] += 1
+        asked["device"] += 1  # every call asks for a segment; every fifth a pinned block as well
+        asked["host"] += calls["n"] % 5 == 0
+        return x
+
+    schedule = timing.Schedule(os.urandom, trials=20, warmup=4)
+    result = timing.time_gpu(kernel, [[torch.ones(8)]], stand_in_timers(lambda: 0.0), schedule)
+    timed, warm = len(result.samples_ms), result.warmup
+    assert result.allocations["device_warmup"] == warm and result.allocations["device_calls"] == timed
+    assert result.allocations["host_warmup"] == warm // 5
+    assert result.allocations["host_calls"] == (warm + timed) // 5 - warm // 5
+
+
+def test_without_cuda_the_loop_reports_no_allocations(monkeypatch):
+    monkeypatch.setattr(timing, "l2_flush_buffer", lambda: torch.zeros(16))
+    monkeypatch.setattr(timing, "spin_rate", lambda timers: 1.0)
+    result = timing.time_gpu(
+        lambda x: x, [[torch.ones(8)]], stand_in_timers(lambda: 0.0), timing.Schedule(os.urandom, 10, 2)
+    )
+    assert result.allocations == {} and timing.driver_allocations() == {}
