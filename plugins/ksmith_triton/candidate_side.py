@@ -461,7 +461,7 @@ def run_trials_and_timing(
     except BaseException as exc:  # noqa: BLE001 - memory the candidate's model keeps is the usual cause
         return report_forward_error(channel, guards, exc, "staging the inputs of the first call")
     try:
-        guards.run_forward(model, first_inputs)
+        first_out = guards.run_forward(model, first_inputs)
         if device == "cuda":
             timers["synchronize"]()
     except BaseException as exc:  # noqa: BLE001
@@ -472,6 +472,14 @@ def run_trials_and_timing(
     STEPS["first_call"] = time.monotonic()
     if hold is not None:
         hold.release()  # from here on the driver holds the lock for what it asks
+    try:
+        output_bytes = tensor_bytes(flatten_outputs(first_out)[1])
+    except OutputError:
+        output_bytes = 0  # refused in the first trial, where the outputs are looked at
+    del first_out
+    # Unheld: the memory the trials will take and the free memory the poison block is sized from, asked of
+    # the driver now rather than inside the trials' shared hold.
+    trials_free = reserve_for_trials(device, input_bytes, output_bytes, len(trial_inputs))
     channel.send("ready", steps=step_seconds())
     command = read_command()
     if command.get("op") != "trials":
@@ -479,6 +487,8 @@ def run_trials_and_timing(
     # Streamed: each trial's outputs are reported and compared before the next trial runs, so one trial's
     # copy is alive at a time (the driver asks for it when every trial's outputs would not fit).
     stream = bool(command.get("stream"))
+    if stream:
+        trials_free = None  # the cache is given back after every trial: each poison block asks afresh
 
     # -- correctness trials (the parent holds the GPU's shared lock meanwhile) ----------------------------
     share_cuda = device == "cuda" and job.get("transport", "ipc") == "ipc"
@@ -494,7 +504,7 @@ def run_trials_and_timing(
         try:
             inputs = staging.load(pristine)
             if device == "cuda":
-                poison_allocator(input_bytes)
+                poison_allocator(input_bytes, trials_free)
                 timers["synchronize"]()
         except BaseException as exc:  # noqa: BLE001 - memory the candidate's model keeps is the usual cause
             return report_forward_error(channel, guards, exc, f"staging the inputs of trial {index}")
@@ -912,13 +922,43 @@ def reserve_for_timing(device: str, peak_bytes: int, outputs: list[dict[str, Any
     return free
 
 
-def poison_allocator(input_bytes: int) -> None:
-    """Fill what the caching allocator will hand out next with NaN bytes, so an output the candidate never
-    writes reads NaN instead of whatever happened to be there. Sized to the inputs, and to at most half of
-    what is free: a problem that nearly fills the GPU is still judged."""
+def reserve_for_trials(device: str, input_bytes: int, output_bytes: int, trials: int) -> int | None:
+    """Memory for the correctness trials, taken from the driver before their shared hold; the free memory
+    read before it (what :func:`poison_allocator` sizes its block from, once per evaluation rather than once
+    per trial), or ``None`` off the GPU or when nothing could be reserved.
+
+    Inside the hold each ``cudaMalloc``, and each query of free memory, can wait behind another process's new
+    CUDA context (docs/benchmarks.md §8f). Reserved here: the poison block, each trial's inputs, and its
+    outputs and ksmith's copy of them, as one block freed into the allocator's cache; capped like
+    :func:`reserve_for_timing`."""
+    if device != "cuda":
+        return None
     import torch
 
     free = int(torch.cuda.mem_get_info()[0])
+    poison = max(POISON_MIN_BYTES, 2 * input_bytes)
+    size = min(poison + input_bytes + 2 * trials * output_bytes, RESERVE_MAX_BYTES, free // 4)
+    if size < poison:
+        return None  # the poison block would still ask the driver: sized from the free memory then
+    try:
+        held = [torch.empty(size, dtype=torch.uint8, device="cuda")]
+        # The poison's small blocks and small outputs: the allocator's small pool, 2 MB segments.
+        held.extend(torch.empty(2**20, dtype=torch.uint8, device="cuda") for _ in range(RESERVE_SMALL_BLOCKS))
+    except torch.OutOfMemoryError:
+        return None  # the room went to others meanwhile: each trial asks afresh
+    del held  # into the cache
+    return free
+
+
+def poison_allocator(input_bytes: int, free: int | None = None) -> None:
+    """Fill what the caching allocator will hand out next with NaN bytes, so an output the candidate never
+    writes reads NaN instead of whatever happened to be there. Sized to the inputs, and to at most half of
+    what is free (``free``, read once before the trials where :func:`reserve_for_trials` cached the block;
+    else asked now): a problem that nearly fills the GPU is still judged."""
+    import torch
+
+    if free is None:
+        free = int(torch.cuda.mem_get_info()[0])
     size = max(1, min(max(POISON_MIN_BYTES, 2 * input_bytes), free // 2))
     big = torch.empty(size, dtype=torch.uint8, device="cuda").fill_(0xFF)
     small = [torch.empty(512 * 1024, dtype=torch.uint8, device="cuda").fill_(0xFF) for _ in range(16)]

@@ -64,3 +64,28 @@ def test_after_the_reservation_the_timing_asks_the_driver_for_no_memory(tmp_path
     assert check.full  # and at least one full copy of the outputs kept
     assert timed.allocations == {"device_warmup": 0, "device_calls": 0, "host_warmup": 0, "host_calls": 0}
     assert driver_allocations()["device"] == before["device"]
+
+
+@pytest.mark.gpu
+def test_after_the_trials_reservation_a_trial_asks_the_driver_for_no_memory():
+    """A trial as the worker runs it -- the poison block, the call, ksmith's copy of the outputs -- after
+    ``reserve_for_trials``: the free memory is read once, before, and no segment is asked for."""
+    from ksmith_triton.candidate_side import poison_allocator, reserve_for_trials
+
+    x, w = torch.randn(2048, 1024, device="cuda"), torch.randn(1024, 1024, device="cuda")
+    out = torch.relu(x @ w.T)  # the first call, before the reservation
+    torch.cuda.synchronize()
+    release_cached_memory("cuda")
+    input_bytes = x.nbytes + w.nbytes
+    free = reserve_for_trials("cuda", input_bytes, out.nbytes, 3)
+    assert free is not None and free > 0
+    before = driver_allocations()
+    kept = []
+    for _ in range(3):
+        poison_allocator(input_bytes, free)
+        out = torch.relu(x @ w.T)
+        kept.append(out.clone())
+    torch.cuda.synchronize()
+    assert driver_allocations() == before
+    assert all(torch.equal(k, kept[0]) for k in kept)
+    assert reserve_for_trials("cpu", input_bytes, out.nbytes, 3) is None
