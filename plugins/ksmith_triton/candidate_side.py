@@ -461,7 +461,7 @@ def run_trials_and_timing(
     except BaseException as exc:  # noqa: BLE001 - memory the candidate's model keeps is the usual cause
         return report_forward_error(channel, guards, exc, "staging the inputs of the first call")
     try:
-        first_out = guards.run_forward(model, first_inputs)
+        guards.run_forward(model, first_inputs)
         if device == "cuda":
             timers["synchronize"]()
     except BaseException as exc:  # noqa: BLE001
@@ -472,14 +472,9 @@ def run_trials_and_timing(
     STEPS["first_call"] = time.monotonic()
     if hold is not None:
         hold.release()  # from here on the driver holds the lock for what it asks
-    try:
-        output_bytes = tensor_bytes(flatten_outputs(first_out)[1])
-    except OutputError:
-        output_bytes = 0  # refused in the first trial, where the outputs are looked at
-    del first_out
-    # Unheld: the memory the trials will take and the free memory the poison block is sized from, asked of
-    # the driver now rather than inside the trials' shared hold.
-    trials_free = reserve_for_trials(device, input_bytes, output_bytes, len(trial_inputs))
+    # Unheld: the free memory the poison blocks are sized from, asked of the driver now rather than inside
+    # the trials' shared hold.
+    trials_free = free_for_trials(device)
     channel.send("ready", steps=step_seconds())
     command = read_command()
     if command.get("op") != "trials":
@@ -922,39 +917,24 @@ def reserve_for_timing(device: str, peak_bytes: int, outputs: list[dict[str, Any
     return free
 
 
-def reserve_for_trials(device: str, input_bytes: int, output_bytes: int, trials: int) -> int | None:
-    """Memory for the correctness trials, taken from the driver before their shared hold; the free memory
-    read before it (what :func:`poison_allocator` sizes its block from, once per evaluation rather than once
-    per trial), or ``None`` off the GPU or when nothing could be reserved.
+def free_for_trials(device: str) -> int | None:
+    """The free memory the trials' poison blocks are sized from (:func:`poison_allocator`), read once before
+    the trials' shared hold rather than once per trial inside it, where the query can wait behind another
+    process's new CUDA context (docs/benchmarks.md §8f). ``None`` off the GPU.
 
-    Inside the hold each ``cudaMalloc``, and each query of free memory, can wait behind another process's new
-    CUDA context (docs/benchmarks.md §8f). Reserved here: the poison block, each trial's inputs, and its
-    outputs and ksmith's copy of them, as one block freed into the allocator's cache; capped like
-    :func:`reserve_for_timing`."""
+    Only the query moves: reserving the trials' memory here as well (the poison block, inputs and outputs as
+    one cached block) made their hold longer, not shorter, on an H200 pair (§8f)."""
     if device != "cuda":
         return None
     import torch
 
-    free = int(torch.cuda.mem_get_info()[0])
-    poison = max(POISON_MIN_BYTES, 2 * input_bytes)
-    size = min(poison + input_bytes + 2 * trials * output_bytes, RESERVE_MAX_BYTES, free // 4)
-    if size < poison:
-        return None  # the poison block would still ask the driver: sized from the free memory then
-    try:
-        held = [torch.empty(size, dtype=torch.uint8, device="cuda")]
-        # The poison's small blocks and small outputs: the allocator's small pool, 2 MB segments.
-        held.extend(torch.empty(2**20, dtype=torch.uint8, device="cuda") for _ in range(RESERVE_SMALL_BLOCKS))
-    except torch.OutOfMemoryError:
-        return None  # the room went to others meanwhile: each trial asks afresh
-    del held  # into the cache
-    return free
+    return int(torch.cuda.mem_get_info()[0])
 
 
 def poison_allocator(input_bytes: int, free: int | None = None) -> None:
     """Fill what the caching allocator will hand out next with NaN bytes, so an output the candidate never
     writes reads NaN instead of whatever happened to be there. Sized to the inputs, and to at most half of
-    what is free (``free``, read once before the trials where :func:`reserve_for_trials` cached the block;
-    else asked now): a problem that nearly fills the GPU is still judged."""
+    what is free (``free``, read once before the trials by :func:`free_for_trials`; else asked now): a problem that nearly fills the GPU is still judged."""
     import torch
 
     if free is None:
