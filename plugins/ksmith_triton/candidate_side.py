@@ -460,6 +460,7 @@ def run_trials_and_timing(
         first_inputs = staging.load(trial_inputs[0])
     except BaseException as exc:  # noqa: BLE001 - memory the candidate's model keeps is the usual cause
         return report_forward_error(channel, guards, exc, "staging the inputs of the first call")
+    input_sizes = [tensor_bytes([x]) for x in first_inputs if tensor_bytes([x])]  # the timing's reservation
     try:
         guards.run_forward(model, first_inputs)
         if device == "cuda":
@@ -555,7 +556,7 @@ def run_trials_and_timing(
     channel.send("correctness", trials=trials, peak_bytes=peak)
     # Unheld while the driver compares: the memory the timing will take, asked of the driver now rather than
     # inside the exclusive hold.
-    free_bytes = reserve_for_timing(device, peak, trials[-1]["outputs"] if trials else [])
+    free_bytes = reserve_for_timing(device, peak, trials[-1]["outputs"] if trials else [], input_sizes)
 
     # -- timing, when the parent found the outputs correct ---------------------------------------------------
     command = read_command()
@@ -879,34 +880,52 @@ RESERVE_MAX_BYTES = 2 * 2**30  # the most memory cached for the timing while the
 RESERVE_SMALL_BLOCKS = 32  # 1 MB blocks (16 of the allocator's 2 MB small segments): samples, small outputs
 
 
-def reserve_for_timing(device: str, peak_bytes: int, outputs: list[dict[str, Any]]) -> int | None:
+def reserve_for_timing(
+    device: str, peak_bytes: int, outputs: list[dict[str, Any]], input_sizes: list[int]
+) -> int | None:
     """Memory for the timing, taken from the driver before the exclusive hold; the free memory it leaves.
 
     The trials ended with the allocator's cache given back (``release_cached_memory``), so every buffer the
-    timing makes -- staging copies, the L2 flush, the outputs, fresh inputs, the full checks' copies, the
-    sample gathers' pinned blocks -- would be a driver call inside the exclusive hold, where another process's
-    new CUDA context makes it wait (docs/benchmarks.md §8f). Here they become one allocation of the trials' own
-    peak and the L2 flush buffer (what the timing took from the device before, ``admission.py`` counts it),
-    capped so the reference process computing beside this one keeps its room, a few small-pool segments, and
-    the pinned blocks of each output's gather; all freed into the caches at once. Returns the free memory the timing may count on (read before the
-    reservation: what is free on the device and what is now cached here), or ``None`` off the GPU."""
+    timing makes -- L2 flush, staging copies, fresh inputs, outputs, the full checks' copies, the sample
+    gathers' pinned blocks -- would be a driver call inside the exclusive hold, where another process's new
+    CUDA context makes it wait (docs/benchmarks.md §8f). Here the same buffers are allocated once, each at its
+    own size (one block for them all placed the outputs of successive calls at varying addresses, and a
+    7 µs kernel's calls timed bimodal), and freed into the caches: the loop's own allocations then find
+    blocks of their sizes. Capped at the trials' peak and the flush buffer (what the timing took from the
+    device before; ``admission.py`` counts it) and so the reference process computing beside this one keeps
+    its room. Returns the free memory the timing may count on (read before the reservation: what is free
+    on the device and what is now cached here), or ``None`` off the GPU."""
     if device != "cuda":
         return None
     import torch
 
-    from ksmith_triton.timing import l2_flush_bytes
+    from ksmith_triton.timing import STAGING_COPIES, STAGING_ROTATION_MAX_BYTES, l2_flush_bytes
 
     free = int(torch.cuda.mem_get_info()[0])
-    # The trials' peak (their inputs, outputs and poison block) and the timing's own L2 flush buffer.
-    size = min(int(peak_bytes) + l2_flush_bytes(), RESERVE_MAX_BYTES, free // 4)
+    cap = min(int(peak_bytes) + l2_flush_bytes(), RESERVE_MAX_BYTES, free // 4)
+    copies = STAGING_COPIES if sum(input_sizes) * STAGING_COPIES <= STAGING_ROTATION_MAX_BYTES else 1
+    output_sizes = [
+        math.prod(o.get("shape") or [1]) * _element_size(o.get("dtype")) for o in outputs if o.get("dtype")
+    ]
+    # In the order the timing makes them: the flush, the staging copies, a fresh set, then each call's
+    # outputs with the next call's and the full checks' copies (``TimedCallCheck.FULL_CHECKS_PER_RUN``).
+    sizes = (
+        [l2_flush_bytes()]
+        + input_sizes * (copies + 1)
+        + output_sizes * (2 + TimedCallCheck.FULL_CHECKS_PER_RUN)
+    )
     held: list[Any] = []
     try:
-        if size > 0:
+        total = 0
+        for size in sizes:
+            if size <= 0 or total + size > cap:
+                continue
             held.append(torch.empty(size, dtype=torch.uint8, device="cuda"))
+            total += size
         held.extend(torch.empty(2**20, dtype=torch.uint8, device="cuda") for _ in range(RESERVE_SMALL_BLOCKS))
-        for output in outputs:  # as many pinned blocks, of the sizes each output's ``GatherBuffers`` takes
-            dtype = getattr(torch, str(output.get("dtype", "")).removeprefix("torch."), None)
-            if not isinstance(dtype, torch.dtype):
+        for output in outputs:  # the pinned blocks of the sizes each output's ``GatherBuffers`` takes
+            dtype = _dtype(output.get("dtype"))
+            if dtype is None:
                 continue
             count = min(SAMPLES_PER_OUTPUT, math.prod(output.get("shape") or [1]))
             held.append(torch.empty(count, dtype=torch.int64).pin_memory())
@@ -915,6 +934,18 @@ def reserve_for_timing(device: str, peak_bytes: int, outputs: list[dict[str, Any
         pass
     del held  # into the caches: the free memory read before is what this process may still count on
     return free
+
+
+def _dtype(name: Any) -> Any:
+    import torch
+
+    dtype = getattr(torch, str(name or "").removeprefix("torch."), None)
+    return dtype if isinstance(dtype, torch.dtype) else None
+
+
+def _element_size(name: Any) -> int:
+    dtype = _dtype(name)
+    return dtype.itemsize if dtype is not None else 0
 
 
 def free_for_trials(device: str) -> int | None:

@@ -13,7 +13,7 @@ from ksmith_triton.timing import driver_allocations, reference_timers, time_call
 
 
 def test_off_the_gpu_nothing_is_reserved():
-    assert reserve_for_timing("cpu", 1 << 30, [{"dtype": "torch.float32", "shape": [8]}]) is None
+    assert reserve_for_timing("cpu", 1 << 30, [{"dtype": "torch.float32", "shape": [8]}], [32]) is None
 
 
 @pytest.mark.gpu
@@ -41,7 +41,8 @@ def test_after_the_reservation_the_timing_asks_the_driver_for_no_memory(tmp_path
     described = [{"dtype": str(out.dtype), "shape": list(out.shape)} for out in outputs[:1]]
     del poison, outputs
     release_cached_memory("cuda")
-    free = reserve_for_timing("cuda", torch.cuda.max_memory_reserved(), described)
+    sizes = [t.nbytes for t in sets[0]]
+    free = reserve_for_timing("cuda", torch.cuda.max_memory_reserved(), described, sizes)
     assert free is not None and free > 0
 
     timers = reference_timers("cuda")
