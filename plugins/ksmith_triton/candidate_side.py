@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 import resource
 import sys
@@ -29,7 +28,6 @@ from typing import Any
 from ksmith_triton import child_common
 from ksmith_triton.child_common import (
     MAX_ERROR_CHARS,
-    SAMPLES_PER_OUTPUT,
     Channel,
     OutputError,
     ProblemStepError,
@@ -460,7 +458,6 @@ def run_trials_and_timing(
         first_inputs = staging.load(trial_inputs[0])
     except BaseException as exc:  # noqa: BLE001 - memory the candidate's model keeps is the usual cause
         return report_forward_error(channel, guards, exc, "staging the inputs of the first call")
-    input_sizes = [tensor_bytes([x]) for x in first_inputs if tensor_bytes([x])]  # the timing's reservation
     try:
         guards.run_forward(model, first_inputs)
         if device == "cuda":
@@ -475,7 +472,7 @@ def run_trials_and_timing(
         hold.release()  # from here on the driver holds the lock for what it asks
     # Unheld: the free memory the poison blocks are sized from, asked of the driver now rather than inside
     # the trials' shared hold.
-    trials_free = free_for_trials(device)
+    trials_free = free_memory_unheld(device)
     channel.send("ready", steps=step_seconds())
     command = read_command()
     if command.get("op") != "trials":
@@ -554,9 +551,7 @@ def run_trials_and_timing(
     staging = first_inputs = inputs = None
     release_cached_memory(device)
     channel.send("correctness", trials=trials, peak_bytes=peak)
-    # Unheld while the driver compares: the memory the timing will take, asked of the driver now rather than
-    # inside the exclusive hold.
-    free_bytes = reserve_for_timing(device, peak, trials[-1]["outputs"] if trials else [], input_sizes)
+    free_bytes = free_memory_unheld(device)  # unheld while the driver compares
 
     # -- timing, when the parent found the outputs correct ---------------------------------------------------
     command = read_command()
@@ -686,7 +681,7 @@ class TimedCallCheck:
         self._queued: tuple[int, str, list[Any], int | None, list[Any] | None] | None = None
         self._gathered: Any = None  # a CUDA event recorded after each call's gather (``_sample``)
         self._decided: tuple[int, int | None] | None = None  # (call, its inputs' seed) ``keep`` decided on
-        # Read once, before the first call (by the caller before the exclusive hold, ``reserve_for_timing``):
+        # Read once, before the first call (by the caller before the exclusive hold, ``free_memory_unheld``):
         # asking the driver for free memory inside the timed loop can wait behind another process's new CUDA
         # context.
         self.free_bytes: int | None = free_bytes
@@ -876,85 +871,16 @@ def release_cached_memory(device: str) -> None:
         torch.cuda.empty_cache()
 
 
-RESERVE_MAX_BYTES = 2 * 2**30  # the most memory cached for the timing while the reference compares beside it
-RESERVE_SMALL_BLOCKS = 32  # 1 MB blocks (16 of the allocator's 2 MB small segments): samples, small outputs
+def free_memory_unheld(device: str) -> int | None:
+    """The GPU's free memory, read while this worker holds no GPU lock: once before the trials (their poison
+    blocks are sized from it, :func:`poison_allocator`) and once before the timing (the full checks' copies,
+    :class:`TimedCallCheck`), rather than inside the holds, where the query can wait behind another process's
+    new CUDA context (docs/benchmarks.md §8f). ``None`` off the GPU.
 
-
-def reserve_for_timing(
-    device: str, peak_bytes: int, outputs: list[dict[str, Any]], input_sizes: list[int]
-) -> int | None:
-    """Memory for the timing, taken from the driver before the exclusive hold; the free memory it leaves.
-
-    The trials ended with the allocator's cache given back (``release_cached_memory``), so every buffer the
-    timing makes -- L2 flush, staging copies, fresh inputs, outputs, the full checks' copies, the sample
-    gathers' pinned blocks -- would be a driver call inside the exclusive hold, where another process's new
-    CUDA context makes it wait (docs/benchmarks.md §8f). Here the same buffers are allocated once, each at its
-    own size (one block for them all placed the outputs of successive calls at varying addresses, and a
-    7 µs kernel's calls timed bimodal), and freed into the caches: the loop's own allocations then find
-    blocks of their sizes. Capped at the trials' peak and the flush buffer (what the timing took from the
-    device before; ``admission.py`` counts it) and so the reference process computing beside this one keeps
-    its room. Returns the free memory the timing may count on (read before the reservation: what is free
-    on the device and what is now cached here), or ``None`` off the GPU."""
-    if device != "cuda":
-        return None
-    import torch
-
-    from ksmith_triton.timing import STAGING_COPIES, STAGING_ROTATION_MAX_BYTES, l2_flush_bytes
-
-    free = int(torch.cuda.mem_get_info()[0])
-    cap = min(int(peak_bytes) + l2_flush_bytes(), RESERVE_MAX_BYTES, free // 4)
-    copies = STAGING_COPIES if sum(input_sizes) * STAGING_COPIES <= STAGING_ROTATION_MAX_BYTES else 1
-    output_sizes = [
-        math.prod(o.get("shape") or [1]) * _element_size(o.get("dtype")) for o in outputs if o.get("dtype")
-    ]
-    # In the order the timing makes them: the flush, the staging copies, a fresh set, then each call's
-    # outputs with the next call's and the full checks' copies (``TimedCallCheck.FULL_CHECKS_PER_RUN``).
-    sizes = (
-        [l2_flush_bytes()]
-        + input_sizes * (copies + 1)
-        + output_sizes * (2 + TimedCallCheck.FULL_CHECKS_PER_RUN)
-    )
-    held: list[Any] = []
-    try:
-        total = 0
-        for size in sizes:
-            if size <= 0 or total + size > cap:
-                continue
-            held.append(torch.empty(size, dtype=torch.uint8, device="cuda"))
-            total += size
-        held.extend(torch.empty(2**20, dtype=torch.uint8, device="cuda") for _ in range(RESERVE_SMALL_BLOCKS))
-        for output in outputs:  # the pinned blocks of the sizes each output's ``GatherBuffers`` takes
-            dtype = _dtype(output.get("dtype"))
-            if dtype is None:
-                continue
-            count = min(SAMPLES_PER_OUTPUT, math.prod(output.get("shape") or [1]))
-            held.append(torch.empty(count, dtype=torch.int64).pin_memory())
-            held.append(torch.empty(count, dtype=dtype).pin_memory())
-    except torch.OutOfMemoryError:  # the room went to others meanwhile: the timing allocates as it goes
-        pass
-    del held  # into the caches: the free memory read before is what this process may still count on
-    return free
-
-
-def _dtype(name: Any) -> Any:
-    import torch
-
-    dtype = getattr(torch, str(name or "").removeprefix("torch."), None)
-    return dtype if isinstance(dtype, torch.dtype) else None
-
-
-def _element_size(name: Any) -> int:
-    dtype = _dtype(name)
-    return dtype.itemsize if dtype is not None else 0
-
-
-def free_for_trials(device: str) -> int | None:
-    """The free memory the trials' poison blocks are sized from (:func:`poison_allocator`), read once before
-    the trials' shared hold rather than once per trial inside it, where the query can wait behind another
-    process's new CUDA context (docs/benchmarks.md §8f). ``None`` off the GPU.
-
-    Only the query moves: reserving the trials' memory here as well (the poison block, inputs and outputs as
-    one cached block) made their hold longer, not shorter, on an H200 pair (§8f)."""
+    Only the queries move. Taking the timing's memory here as well (its buffers allocated and freed into the
+    allocator's cache) left no driver allocation in the timed loop, but the protocol's GPU test of a 7 µs
+    candidate was then refused ``TIMING_BIMODAL`` in 4 of 8 runs on an H200; reserving the trials' memory made
+    their hold longer (§8f)."""
     if device != "cuda":
         return None
     import torch
@@ -965,7 +891,7 @@ def free_for_trials(device: str) -> int | None:
 def poison_allocator(input_bytes: int, free: int | None = None) -> None:
     """Fill what the caching allocator will hand out next with NaN bytes, so an output the candidate never
     writes reads NaN instead of whatever happened to be there. Sized to the inputs, and to at most half of
-    what is free (``free``, read once before the trials by :func:`free_for_trials`; else asked now): a problem that nearly fills the GPU is still judged."""
+    what is free (``free``, read once before the trials by :func:`free_memory_unheld`; else asked now): a problem that nearly fills the GPU is still judged."""
     import torch
 
     if free is None:

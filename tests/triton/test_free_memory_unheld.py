@@ -1,0 +1,39 @@
+"""The worker reads the GPU's free memory while it holds no GPU lock (``free_memory_unheld``): once before the
+trials, whose poison blocks are sized from it, and once before the timing, whose full checks' copies are
+bounded by it. Inside the holds the query can wait behind another process's new CUDA context."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from ksmith_triton import candidate_side
+from ksmith_triton.candidate_side import TimedCallCheck, free_memory_unheld
+
+
+def test_off_the_gpu_there_is_nothing_to_read():
+    assert free_memory_unheld("cpu") is None
+
+
+def test_a_check_given_the_free_memory_does_not_ask_the_driver_again(tmp_path, monkeypatch):
+    def asked(*args):
+        raise AssertionError("free memory queried inside the hold")
+
+    monkeypatch.setattr(torch.cuda, "mem_get_info", asked)
+    check = TimedCallCheck(object(), os.urandom, tmp_path, False, 10, device="cuda", free_bytes=1 << 30)
+    assert check.free_bytes == 1 << 30
+    assert check._copy_fits([torch.zeros(1024)])  # bounded by what was read before the hold
+    assert not check._copy_fits([torch.zeros(2**28)])  # 1 GiB of copies: more than half of it
+
+
+@pytest.mark.gpu
+def test_the_trials_read_the_free_memory_once_and_size_the_poison_block_from_it(monkeypatch):
+    free = free_memory_unheld("cuda")
+    assert free is not None and 0 < free <= torch.cuda.mem_get_info()[1]
+    asked = []
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda *a: asked.append(1) or (free, free))
+    for _ in range(3):
+        candidate_side.poison_allocator(8 * 2**20, free)
+    assert asked == []  # no query inside the trials' hold
