@@ -891,7 +891,8 @@ def free_memory_unheld(device: str) -> int | None:
 def poison_allocator(input_bytes: int, free: int | None = None) -> None:
     """Fill what the caching allocator will hand out next with NaN bytes, so an output the candidate never
     writes reads NaN instead of whatever happened to be there. Sized to the inputs, and to at most half of
-    what is free (``free``, read once before the trials by :func:`free_memory_unheld`; else asked now): a problem that nearly fills the GPU is still judged."""
+    what is free (``free``, read once before the trials by :func:`free_memory_unheld`; else asked now): a
+    problem that nearly fills the GPU is still judged."""
     import torch
 
     if free is None:

@@ -193,17 +193,12 @@ class Staging:
         return staged
 
 
-def l2_flush_bytes() -> int:
-    import torch
-
-    props = torch.cuda.get_device_properties(torch.cuda.current_device())
-    return max(L2_FLUSH_MIN_BYTES, 2 * int(getattr(props, "L2_cache_size", 0) or 0))
-
-
 def l2_flush_buffer() -> Any:
     import torch
 
-    return torch.empty(l2_flush_bytes(), dtype=torch.int8, device="cuda")
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    size = max(L2_FLUSH_MIN_BYTES, 2 * int(getattr(props, "L2_cache_size", 0) or 0))
+    return torch.empty(size, dtype=torch.int8, device="cuda")
 
 
 def _after_first(values: list[float]) -> list[float]:
