@@ -363,6 +363,11 @@ SAMPLED_CALL_FIELDS = (
 )
 # A block of calls this much faster than the rest cannot be noise: the candidate behaves in two ways.
 BIMODAL_GAP = 1.15
+# ... and faster by at least this much (ms): where a kernel waits for the one before it on the stream, the
+# wait takes one of two lengths about 1 us apart, so an honest candidate of two launches and 6-8 us has calls
+# that far apart on the same data (measured on H200s up to 1.4 us, never for one launch: docs/benchmarks.md
+# §8g). Skipping work worth less than this on a minority of calls moves no median.
+BIMODAL_FLOOR_MS = 0.002
 BIMODAL_MIN_SHARE = 0.1
 # Fully checked calls this much slower than the others: the candidate knew which calls were looked at.
 CHECKED_SLOWER = 1.10
@@ -561,8 +566,9 @@ def timing_contradictions(gpu_ms: list[float], sets: list[int], copies: list[int
 
     Calls on the same prepared input set do the same work on the same data, so an honest kernel takes about
     the same time on each (slow outliers aside: a clock dip, another process), even when its time depends on
-    the data. Within one set, a block of at least a tenth of its calls more than ``BIMODAL_GAP`` times faster
-    than the set's median cannot be noise: the kernel does less work on some calls (``TIMING_BIMODAL``). And a
+    the data. Within one set, a block of at least a tenth of its calls more than ``BIMODAL_GAP`` times and
+    ``BIMODAL_FLOOR_MS`` faster than the set's median cannot be noise: the kernel does less work on some calls
+    (``TIMING_BIMODAL``). And a
     kernel cannot be faster on every input it has seen before than on fresh inputs by ``CACHE_GAP``: the
     results are remembered (``TIMING_RESULT_CACHE``).
     """
@@ -577,11 +583,12 @@ def timing_contradictions(gpu_ms: list[float], sets: list[int], copies: list[int
         n = len(ordered)
         median = ordered[n // 2]
         least = max(3, int(BIMODAL_MIN_SHARE * n))
-        fast = [t for t in ordered if t * BIMODAL_GAP < median]
+        fast = [t for t in ordered if t * BIMODAL_GAP < median and t + BIMODAL_FLOOR_MS < median]
         if n >= 2 * least and len(fast) >= least:
             reasons.append(
                 f"TIMING_BIMODAL: on input set {chosen}, {len(fast)} of {n} timed calls ran in "
-                f"{fast[0]:.4g}-{fast[-1]:.4g} ms, more than {BIMODAL_GAP - 1:.0%} faster than the median "
+                f"{fast[0]:.4g}-{fast[-1]:.4g} ms, more than {BIMODAL_GAP - 1:.0%} (and {BIMODAL_FLOOR_MS * 1e3:g} us) "
+                f"faster than the median "
                 f"{median:.4g} ms on the same data; an honest kernel takes about the same time on every call"
             )
     fresh = sorted(by_set.get(-1, []))
