@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import resource
 import sys
@@ -28,6 +29,7 @@ from typing import Any
 from ksmith_triton import child_common
 from ksmith_triton.child_common import (
     MAX_ERROR_CHARS,
+    SAMPLES_PER_OUTPUT,
     Channel,
     OutputError,
     ProblemStepError,
@@ -551,7 +553,9 @@ def run_trials_and_timing(
     staging = first_inputs = inputs = None
     release_cached_memory(device)
     channel.send("correctness", trials=trials, peak_bytes=peak)
-    free_bytes = free_memory_unheld(device)  # unheld while the driver compares
+    # Unheld while the driver compares: the memory the timing will take, asked of the driver now rather than
+    # inside the exclusive hold.
+    free_bytes = reserve_for_timing(device, peak, trials[-1]["outputs"] if trials else [])
 
     # -- timing, when the parent found the outputs correct ---------------------------------------------------
     command = read_command()
@@ -681,7 +685,7 @@ class TimedCallCheck:
         self._queued: tuple[int, str, list[Any], int | None, list[Any] | None] | None = None
         self._gathered: Any = None  # a CUDA event recorded after each call's gather (``_sample``)
         self._decided: tuple[int, int | None] | None = None  # (call, its inputs' seed) ``keep`` decided on
-        # Read once, before the first call (by the caller before the exclusive hold, ``free_memory_unheld``):
+        # Read once, before the first call (by the caller before the exclusive hold, ``reserve_for_timing``):
         # asking the driver for free memory inside the timed loop can wait behind another process's new CUDA
         # context.
         self.free_bytes: int | None = free_bytes
@@ -871,16 +875,56 @@ def release_cached_memory(device: str) -> None:
         torch.cuda.empty_cache()
 
 
-def free_memory_unheld(device: str) -> int | None:
-    """The GPU's free memory, read while this worker holds no GPU lock: once before the trials (their poison
-    blocks are sized from it, :func:`poison_allocator`) and once before the timing (the full checks' copies,
-    :class:`TimedCallCheck`), rather than inside the holds, where the query can wait behind another process's
-    new CUDA context (docs/benchmarks.md §8f). ``None`` off the GPU.
+RESERVE_MAX_BYTES = 2 * 2**30  # the most memory cached for the timing while the reference compares beside it
+RESERVE_SMALL_BLOCKS = 32  # 1 MB blocks (16 of the allocator's 2 MB small segments): samples, small outputs
 
-    Only the queries move. Taking the timing's memory here as well (its buffers allocated and freed into the
-    allocator's cache) left no driver allocation in the timed loop, but the protocol's GPU test of a 7 µs
-    candidate was then refused ``TIMING_BIMODAL`` in 4 of 8 runs on an H200; reserving the trials' memory made
-    their hold longer (§8f)."""
+
+def reserve_for_timing(device: str, peak_bytes: int, outputs: list[dict[str, Any]]) -> int | None:
+    """Memory for the timing, taken from the driver before the exclusive hold; the free memory it leaves.
+
+    The trials ended with the allocator's cache given back (``release_cached_memory``), so every buffer the
+    timing makes -- staging copies, the L2 flush, the outputs, fresh inputs, the full checks' copies, the
+    sample gathers' pinned blocks -- would be a driver call inside the exclusive hold, where another process's
+    new CUDA context makes it wait (docs/benchmarks.md §8f). Here they become one allocation of the trials' own
+    peak and the L2 flush buffer (what the timing took from the device before, ``admission.py`` counts it),
+    capped so the reference process computing beside this one keeps its room, a few small-pool segments, and
+    the pinned blocks of each output's gather; all freed into the caches at once. Returns the free memory the
+    timing may count on (read before the reservation: what is free on the device and what is now cached
+    here), or ``None`` off the GPU."""
+    if device != "cuda":
+        return None
+    import torch
+
+    from ksmith_triton.timing import l2_flush_bytes
+
+    free = int(torch.cuda.mem_get_info()[0])
+    size = min(int(peak_bytes) + l2_flush_bytes(), RESERVE_MAX_BYTES, free // 4)
+    held: list[Any] = []
+    try:
+        if size > 0:
+            held.append(torch.empty(size, dtype=torch.uint8, device="cuda"))
+        held.extend(torch.empty(2**20, dtype=torch.uint8, device="cuda") for _ in range(RESERVE_SMALL_BLOCKS))
+        for output in outputs:  # as many pinned blocks, of the sizes each output's ``GatherBuffers`` takes
+            dtype = getattr(torch, str(output.get("dtype", "")).removeprefix("torch."), None)
+            if not isinstance(dtype, torch.dtype):
+                continue
+            count = min(SAMPLES_PER_OUTPUT, math.prod(output.get("shape") or [1]))
+            held.append(torch.empty(count, dtype=torch.int64).pin_memory())
+            held.append(torch.empty(count, dtype=dtype).pin_memory())
+    except torch.OutOfMemoryError:  # the room went to others meanwhile: the timing allocates as it goes
+        pass
+    del held  # into the caches: the free memory read before is what this process may still count on
+    return free
+
+
+def free_memory_unheld(device: str) -> int | None:
+    """The GPU's free memory, read while this worker holds no GPU lock, before the trials: their poison
+    blocks are sized from it (:func:`poison_allocator`) rather than from a query per trial inside their
+    shared hold, where the query can wait behind another process's new CUDA context (docs/benchmarks.md §8f).
+    ``None`` off the GPU.
+
+    Only the query moves for the trials: reserving their memory too (as :func:`reserve_for_timing` does the
+    timing's) made their hold longer, not shorter, on an H200 pair (§8f)."""
     if device != "cuda":
         return None
     import torch

@@ -193,12 +193,18 @@ class Staging:
         return staged
 
 
-def l2_flush_buffer() -> Any:
+def l2_flush_bytes() -> int:
+    """The L2 flush buffer's size: twice the L2, at least ``L2_FLUSH_MIN_BYTES``."""
     import torch
 
     props = torch.cuda.get_device_properties(torch.cuda.current_device())
-    size = max(L2_FLUSH_MIN_BYTES, 2 * int(getattr(props, "L2_cache_size", 0) or 0))
-    return torch.empty(size, dtype=torch.int8, device="cuda")
+    return max(L2_FLUSH_MIN_BYTES, 2 * int(getattr(props, "L2_cache_size", 0) or 0))
+
+
+def l2_flush_buffer() -> Any:
+    import torch
+
+    return torch.empty(l2_flush_bytes(), dtype=torch.int8, device="cuda")
 
 
 def _after_first(values: list[float]) -> list[float]:

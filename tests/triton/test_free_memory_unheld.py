@@ -1,6 +1,6 @@
-"""The worker reads the GPU's free memory while it holds no GPU lock (``free_memory_unheld``): once before the
-trials, whose poison blocks are sized from it, and once before the timing, whose full checks' copies are
-bounded by it. Inside the holds the query can wait behind another process's new CUDA context."""
+"""The worker reads the GPU's free memory while it holds no GPU lock: before the trials (``free_memory_unheld``),
+whose poison blocks are sized from it, and before the timing (``reserve_for_timing``), whose full checks' copies
+are bounded by it. Inside the holds the query can wait behind another process's new CUDA context."""
 
 from __future__ import annotations
 
