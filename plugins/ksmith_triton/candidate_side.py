@@ -413,7 +413,7 @@ def run_trials_and_timing(
     import time
 
     from ksmith_triton.guards import interpreter_hooks, thread_idents
-    from ksmith_triton.timing import Staging
+    from ksmith_triton.timing import Staging, driver_allocations
 
     device = job["device"]
 
@@ -487,6 +487,7 @@ def run_trials_and_timing(
 
     # -- correctness trials (the parent holds the GPU's shared lock meanwhile) ----------------------------
     share_cuda = device == "cuda" and job.get("transport", "ipc") == "ipc"
+    allocations_before = driver_allocations()  # what the trials ask of the driver inside that hold
     trials: list[dict[str, Any]] = []
     trial_sets = iter(trial_inputs)
     for index in range(len(trial_inputs)):
@@ -546,13 +547,17 @@ def run_trials_and_timing(
     # Peak memory so far (the trials' outputs are all alive now): the driver's admission expects as much
     # of the problem's next evaluations (admission.py). The candidate could lie; the driver floors it.
     peak = peak_memory_bytes(device)
+    allocations_after = driver_allocations()
+    trial_allocations = {
+        k: allocations_after[k] - v for k, v in allocations_before.items() if k in allocations_after
+    }
     # The trials are over: their inputs and the staging copy go, and the allocator's cached blocks (the
     # poison block, each trial's freed inputs) go back to the GPU before the reference process compares and
     # times beside this one (with 8 GiB inputs, 48 GiB stayed cached here and the reference ran out).
     trial_inputs.release()
     staging = first_inputs = inputs = None
     release_cached_memory(device)
-    channel.send("correctness", trials=trials, peak_bytes=peak)
+    channel.send("correctness", trials=trials, peak_bytes=peak, allocations=trial_allocations)
     # Unheld while the driver compares: the memory the timing will take, asked of the driver now rather than
     # inside the exclusive hold.
     free_bytes = reserve_for_timing(device, peak, trials[-1]["outputs"] if trials else [])

@@ -1115,6 +1115,7 @@ class Evaluation:
             if failed is not None:
                 return failed
             self.saw_peak("candidate", report)
+            self.details["trial_allocations"] = _mapping_or_none(report.get("allocations"))
             self.trials_reported = True
             trials = report["trials"]
         self.launches = [int(t["launches"]) for t in trials if isinstance(t.get("launches"), int)]
@@ -1212,6 +1213,7 @@ class Evaluation:
             if failed is not None:
                 return failed
             self.saw_peak("candidate", final)
+            self.details["trial_allocations"] = _mapping_or_none(final.get("allocations"))
             trials = final["trials"]
         started = time.monotonic()
         checked = self._compare_outputs_in_reference(worker, child, seeds, [], "trial", degenerate_check=True)
