@@ -365,8 +365,8 @@ SAMPLED_CALL_FIELDS = (
 BIMODAL_GAP = 1.15
 # ... and faster by at least this much (ms): where a kernel waits for the one before it on the stream, the
 # wait takes one of two lengths about 1 us apart, so an honest candidate of two launches and 6-8 us has calls
-# that far apart on the same data (measured on H200s up to 1.4 us, never for one launch: docs/benchmarks.md
-# §8g). Skipping work worth less than this on a minority of calls moves no median.
+# that far apart on the same data (on H200s 0.9-1.4 us below the median, never for one launch:
+# docs/benchmarks.md §8g). Skipping work worth less than this on a minority of calls moves no median.
 BIMODAL_FLOOR_MS = 0.002
 BIMODAL_MIN_SHARE = 0.1
 # Fully checked calls this much slower than the others: the candidate knew which calls were looked at.
