@@ -7,13 +7,16 @@ IPC handle for it), the comparison beside them, the spare worker's warm-up. Thos
 GPU work in them is the same per GPU. This times the calls alone: ``--procs`` processes per GPU, each looping
 for ``--seconds`` over a device allocation (``cudaMalloc`` through torch's allocator, its cache emptied each
 time) and its release (``cudaFree``), then making IPC handles (``cudaIpcGetMemHandle``) for up to
-``IPC_LOOPS`` fresh blocks; first with GPU 0 alone busy, then with GPUs 0 and 1 busy at once. If the driver served each GPU on its own, GPU 0's latencies would
-not change.
+``IPC_LOOPS`` fresh blocks; first with GPU 0 alone busy, then with GPUs 0 and 1 busy at once. Two last
+configurations put beside GPU 0's processes one that makes and destroys CUDA contexts on GPU 0 or 1, one after
+another (what each evaluation's fresh worker does once). If the driver served each GPU on its own, GPU 0's
+latencies would not change.
 
     python benchmarks/driver_contention.py --out driver.json [--procs 8] [--seconds 8] [--mb 64]
+        [--configs gpu0_alone gpu0_and_gpu1 gpu0_alone_again gpu0_with_gpu0_contexts gpu0_with_gpu1_contexts]
 
-Prints a table last: per configuration and GPU, allocation loops per second and the median and 90th percentile of each
-call in microseconds.
+Prints a table last: per configuration and GPU, loops per second (allocations, or contexts) and the median,
+90th and 99th percentile and the largest time of each call in microseconds.
 """
 
 from __future__ import annotations
@@ -65,7 +68,42 @@ def worker(gpu: int, seconds: float, size: int, start_at: float, queue) -> None:
     del kept
 
 
-def run(gpus: list[int], procs: int, seconds: float, size: int) -> list[dict]:
+def context_worker(gpu: int, seconds: float, size: int, start_at: float, queue) -> None:
+    """CUDA contexts made and destroyed on ``gpu`` one after another, as fast as the driver allows: the
+    primary context, as torch makes it (``cuDevicePrimaryCtxRetain``), then ``cuDevicePrimaryCtxReset``."""
+    try:
+        _contexts(gpu, seconds, start_at, queue)
+    except Exception as exc:  # noqa: BLE001 - said in the report, not a hung queue
+        queue.put(
+            {"gpu": gpu, "loops": 0, "seconds": seconds, "times": {}, "role": "contexts", "error": repr(exc)}
+        )
+
+
+def _contexts(gpu: int, seconds: float, start_at: float, queue) -> None:
+    import ctypes
+
+    cuda = ctypes.CDLL("libcuda.so.1")
+    device, context = ctypes.c_int(), ctypes.c_void_p()
+    assert cuda.cuInit(0) == 0 and cuda.cuDeviceGet(ctypes.byref(device), gpu) == 0
+    times = {"context_create": [], "context_destroy": []}
+    while time.time() < start_at:
+        time.sleep(0.001)
+    end = time.perf_counter() + seconds
+    made = 0
+    while time.perf_counter() < end:
+        t0 = time.perf_counter()
+        assert cuda.cuDevicePrimaryCtxRetain(ctypes.byref(context), device) == 0
+        assert cuda.cuCtxSetCurrent(context) == 0
+        t1 = time.perf_counter()
+        assert cuda.cuDevicePrimaryCtxReset_v2(device) == 0
+        t2 = time.perf_counter()
+        times["context_create"].append((t1 - t0) * 1e6)
+        times["context_destroy"].append((t2 - t1) * 1e6)
+        made += 1
+    queue.put({"gpu": gpu, "loops": made, "seconds": seconds, "times": times, "role": "contexts"})
+
+
+def run(gpus: list[int], procs: int, seconds: float, size: int, contexts_on: dict[int, int] | None = None):
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     start_at = time.time() + 15.0  # every process has its context before any starts
@@ -74,9 +112,14 @@ def run(gpus: list[int], procs: int, seconds: float, size: int) -> list[dict]:
         for g in gpus
         for _ in range(procs)
     ]
+    workers += [
+        ctx.Process(target=context_worker, args=(g, seconds, size, start_at, queue))
+        for g, n in (contexts_on or {}).items()
+        for _ in range(n)
+    ]
     for w in workers:
         w.start()
-    results = [queue.get() for _ in workers]
+    results = [queue.get(timeout=3 * seconds + 120) for _ in workers]
     for w in workers:
         w.join()
     return results
@@ -84,16 +127,24 @@ def run(gpus: list[int], procs: int, seconds: float, size: int) -> list[dict]:
 
 def summary(results: list[dict]) -> dict:
     out = {}
-    for gpu in sorted({r["gpu"] for r in results}):
-        rows = [r for r in results if r["gpu"] == gpu]
-        entry = {"loops_per_s": round(sum(r["loops"] / r["seconds"] for r in rows), 1)}
-        for part in PARTS:
-            values = sorted(v for r in rows for v in r["times"][part])
-            entry[part] = {
-                "median_us": round(statistics.median(values), 1),
-                "p90_us": round(values[int(0.9 * (len(values) - 1))], 1),
-            }
-        out[str(gpu)] = entry
+    for role in ("memory", "contexts"):
+        for gpu in sorted({r["gpu"] for r in results if r.get("role", "memory") == role}):
+            rows = [r for r in results if r["gpu"] == gpu and r.get("role", "memory") == role]
+            entry = {"loops_per_s": round(sum(r["loops"] / r["seconds"] for r in rows), 1)}
+            errors = [r["error"] for r in rows if r.get("error")]
+            if errors:
+                entry["errors"] = errors
+            for part in sorted({p for r in rows for p in r["times"]}):
+                values = sorted(v for r in rows for v in r["times"].get(part, []))
+                if not values:
+                    continue
+                entry[part] = {
+                    "median_us": round(statistics.median(values), 1),
+                    "p90_us": round(values[int(0.9 * (len(values) - 1))], 1),
+                    "p99_us": round(values[int(0.99 * (len(values) - 1))], 1),
+                    "max_us": round(values[-1], 1),
+                }
+            out[str(gpu) if role == "memory" else f"{gpu} (contexts)"] = entry
     return out
 
 
@@ -103,19 +154,32 @@ def main() -> int:
     parser.add_argument("--procs", type=int, default=8)
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--mb", type=int, default=64)
+    parser.add_argument("--configs", nargs="*", help="which configurations, in order (default: all)")
     args = parser.parse_args()
     size = args.mb * 2**20
-    configs = {"gpu0_alone": [0], "gpu0_and_gpu1": [0, 1], "gpu0_alone_again": [0]}
+    configs = {
+        "gpu0_alone": ([0], {}),
+        "gpu0_and_gpu1": ([0, 1], {}),
+        "gpu0_alone_again": ([0], {}),
+        # GPU 0's allocations while one process makes and destroys contexts on GPU 0, or on GPU 1.
+        "gpu0_with_gpu0_contexts": ([0], {0: 1}),
+        "gpu0_with_gpu1_contexts": ([0], {1: 1}),
+    }
     report = {"procs_per_gpu": args.procs, "seconds": args.seconds, "mb": args.mb, "configs": {}}
-    for name, gpus in configs.items():
-        report["configs"][name] = summary(run(gpus, args.procs, args.seconds, size))
+    for name in args.configs or list(configs):
+        gpus, contexts_on = configs[name]
+        report["configs"][name] = summary(run(gpus, args.procs, args.seconds, size, contexts_on))
         with open(args.out, "w") as f:
             json.dump(report, f, indent=1)
-    print(f"\n{'config':18s} GPU  loops/s  " + "  ".join(f"{p} med/p90 us" for p in PARTS))
+    print(f"\n{'config':24s} {'GPU':>12s}  loops/s  part: median / p90 / p99 / max us")
     for name, per_gpu in report["configs"].items():
         for gpu, e in per_gpu.items():
-            cells = "  ".join(f"{e[p]['median_us']:8.1f}/{e[p]['p90_us']:8.1f}" for p in PARTS)
-            print(f"{name:18s} {gpu:>3s}  {e['loops_per_s']:7.1f}  {cells}")
+            cells = "  ".join(
+                f"{p} {v['median_us']:.0f}/{v['p90_us']:.0f}/{v['p99_us']:.0f}/{v['max_us']:.0f}"
+                for p, v in e.items()
+                if isinstance(v, dict)
+            )
+            print(f"{name:24s} {gpu:>12s}  {e['loops_per_s']:7.1f}  {cells}")
     return 0
 
 
