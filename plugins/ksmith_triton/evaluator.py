@@ -568,9 +568,8 @@ def timing_contradictions(gpu_ms: list[float], sets: list[int], copies: list[int
     the same time on each (slow outliers aside: a clock dip, another process), even when its time depends on
     the data. Within one set, a block of at least a tenth of its calls more than ``BIMODAL_GAP`` times and
     ``BIMODAL_FLOOR_MS`` faster than the set's median cannot be noise: the kernel does less work on some calls
-    (``TIMING_BIMODAL``). And a
-    kernel cannot be faster on every input it has seen before than on fresh inputs by ``CACHE_GAP``: the
-    results are remembered (``TIMING_RESULT_CACHE``).
+    (``TIMING_BIMODAL``). And a kernel cannot be faster on every input it has seen before than on fresh inputs
+    by ``CACHE_GAP``: the results are remembered (``TIMING_RESULT_CACHE``).
     """
     reasons = []
     by_set: dict[int, list[float]] = {}
@@ -587,9 +586,9 @@ def timing_contradictions(gpu_ms: list[float], sets: list[int], copies: list[int
         if n >= 2 * least and len(fast) >= least:
             reasons.append(
                 f"TIMING_BIMODAL: on input set {chosen}, {len(fast)} of {n} timed calls ran in "
-                f"{fast[0]:.4g}-{fast[-1]:.4g} ms, more than {BIMODAL_GAP - 1:.0%} (and {BIMODAL_FLOOR_MS * 1e3:g} us) "
-                f"faster than the median "
-                f"{median:.4g} ms on the same data; an honest kernel takes about the same time on every call"
+                f"{fast[0]:.4g}-{fast[-1]:.4g} ms, more than {BIMODAL_GAP - 1:.0%} (and "
+                f"{BIMODAL_FLOOR_MS * 1e3:g} us) faster than the median {median:.4g} ms on the same data; an "
+                "honest kernel takes about the same time on every call"
             )
     fresh = sorted(by_set.get(-1, []))
     repeated = {k: sorted(v) for k, v in by_set.items() if k >= 0 and len(v) >= 3}

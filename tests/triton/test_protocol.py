@@ -177,13 +177,13 @@ def test_reference_cache_is_private_json(tmp_path):
     assert (tmp_path / "cache").stat().st_mode & 0o777 == 0o700
 
 
-# -- GPU: run on a machine with an NVIDIA GPU ----------------------------------------------------------------------
-
-
 def test_the_trials_driver_allocations_are_reported_and_none_are_counted_off_the_gpu(reference_cache):
     verdict = evaluate(problem("scale_add"), candidate("scale_add_ok"), quick_options(reference_cache))
     assert verdict.status is Status.OK, verdict.reasons
     assert verdict.details["trial_allocations"] == {}  # the worker's count, sent with its trials
+
+
+# -- GPU: run on a machine with an NVIDIA GPU ----------------------------------------------------------------------
 
 
 def _gpu_options(cache_dir: str, **overrides):
@@ -202,7 +202,7 @@ def test_gpu_legit_kernel_is_timed_against_both_references(reference_cache):
     assert verdict.speedup and verdict.speedup_vs_compile and verdict.roofline_fraction
     assert 0 < verdict.roofline_fraction <= 1.5
     assert verdict.roofline_bound == "memory"  # an elementwise scale-add moves bytes, few FLOPs
-    # What the trials and the timed loop asked of the driver: counted, each a count.
+    # What the trials asked of the driver inside their shared hold: device segments and pinned blocks.
     assert set(verdict.details["trial_allocations"]) == {"device", "host"}
     assert all(v >= 0 for v in verdict.details["trial_allocations"].values())
     roofline = verdict.details["roofline"]  # no ksmith_flops: counted, and elementwise work has no price
