@@ -15,4 +15,6 @@ per-GPU lock (exclusive while timing, shared for other GPU work), ``admission.py
 # 7: fused attention's FLOPs priced by ksmith (a causal mask computes about half of the scores)
 # 8: a timed call's sample positions drawn only after the loop waited for its kernels (a kernel still running
 #    could read positions the host had written; docs/evaluation.md, "Every timed call is checked")
-PROTOCOL_VERSION = 8
+# 9: a TIMING_BIMODAL block also 2 us below its set's median (BIMODAL_FLOOR_MS), and the timing's memory
+#    reserved before the exclusive hold (candidate_side.reserve_for_timing; docs/benchmarks.md §8g)
+PROTOCOL_VERSION = 9
