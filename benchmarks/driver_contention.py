@@ -84,7 +84,13 @@ def _contexts(gpu: int, seconds: float, start_at: float, queue) -> None:
 
     cuda = ctypes.CDLL("libcuda.so.1")
     device, context = ctypes.c_int(), ctypes.c_void_p()
-    assert cuda.cuInit(0) == 0 and cuda.cuDeviceGet(ctypes.byref(device), gpu) == 0
+
+    def ok(result: int, call: str) -> None:
+        if result != 0:
+            raise RuntimeError(f"{call} returned CUDA error {result}")
+
+    ok(cuda.cuInit(0), "cuInit")
+    ok(cuda.cuDeviceGet(ctypes.byref(device), gpu), "cuDeviceGet")
     times = {"context_create": [], "context_destroy": []}
     while time.time() < start_at:
         time.sleep(0.001)
@@ -92,10 +98,10 @@ def _contexts(gpu: int, seconds: float, start_at: float, queue) -> None:
     made = 0
     while time.perf_counter() < end:
         t0 = time.perf_counter()
-        assert cuda.cuDevicePrimaryCtxRetain(ctypes.byref(context), device) == 0
-        assert cuda.cuCtxSetCurrent(context) == 0
+        ok(cuda.cuDevicePrimaryCtxRetain(ctypes.byref(context), device), "cuDevicePrimaryCtxRetain")
+        ok(cuda.cuCtxSetCurrent(context), "cuCtxSetCurrent")
         t1 = time.perf_counter()
-        assert cuda.cuDevicePrimaryCtxReset_v2(device) == 0
+        ok(cuda.cuDevicePrimaryCtxReset_v2(device), "cuDevicePrimaryCtxReset_v2")
         t2 = time.perf_counter()
         times["context_create"].append((t1 - t0) * 1e6)
         times["context_destroy"].append((t2 - t1) * 1e6)

@@ -61,16 +61,23 @@ def probe(queue) -> None:
 
 
 def churn(stop, made) -> None:
+    """Contexts made and destroyed on GPU 1 until ``stop``; ``made`` counts those that succeeded (a failure
+    ends the loop with ``made`` negative)."""
     import ctypes
 
     cuda = ctypes.CDLL("libcuda.so.1")
     device, context = ctypes.c_int(), ctypes.c_void_p()
-    cuda.cuInit(0)
-    cuda.cuDeviceGet(ctypes.byref(device), 1)
+    if cuda.cuInit(0) or cuda.cuDeviceGet(ctypes.byref(device), 1):
+        made.value = -1
+        return
     while not stop.is_set():
-        cuda.cuDevicePrimaryCtxRetain(ctypes.byref(context), device)
-        cuda.cuCtxSetCurrent(context)
-        cuda.cuDevicePrimaryCtxReset_v2(device)
+        if (
+            cuda.cuDevicePrimaryCtxRetain(ctypes.byref(context), device)
+            or cuda.cuCtxSetCurrent(context)
+            or cuda.cuDevicePrimaryCtxReset_v2(device)
+        ):
+            made.value = -1
+            return
         made.value += 1
 
 
@@ -81,7 +88,7 @@ def run(procs: int, contexts: bool) -> dict:
     if churner is not None:
         churner.start()
         time.sleep(2.0)
-    started = time.perf_counter()
+    started, made_before = time.perf_counter(), made.value  # the head start's contexts not counted
     results = []
     for _ in range(procs):
         queue = ctx.Queue()
@@ -90,6 +97,7 @@ def run(procs: int, contexts: bool) -> dict:
         results.append(queue.get(timeout=300))
         p.join()
     seconds = time.perf_counter() - started
+    made_during = made.value - made_before if made.value >= 0 else -1  # -1: the churner failed
     if churner is not None:
         stop.set()
         churner.join(timeout=30)
@@ -101,7 +109,7 @@ def run(procs: int, contexts: bool) -> dict:
         }
         for name in results[0]
     }
-    return {"processes": results, "summary": summary, "contexts_per_s": round(made.value / seconds, 2)}
+    return {"processes": results, "summary": summary, "contexts_per_s": round(made_during / seconds, 2)}
 
 
 def main() -> int:

@@ -363,9 +363,8 @@ SAMPLED_CALL_FIELDS = (
 )
 # A block of calls this much faster than the rest cannot be noise: the candidate behaves in two ways.
 BIMODAL_GAP = 1.15
-# ... and faster by at least this much (ms): where a kernel waits for the one before it on the stream, the
-# wait takes one of two lengths about 1 us apart, so an honest candidate of two launches and 6-8 us has calls
-# that far apart on the same data (on H200s 0.9-1.4 us below the median, never for one launch:
+# ... and faster by at least this much (ms): an honest candidate of two launches and 6-8 us splits into two
+# modes about 1 us apart on the same data (on H200s 0.9-1.4 us below the median; one launch does not split:
 # docs/benchmarks.md §8g). Skipping work worth less than this on a minority of calls moves no median.
 BIMODAL_FLOOR_MS = 0.002
 BIMODAL_MIN_SHARE = 0.1

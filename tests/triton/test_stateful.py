@@ -279,7 +279,7 @@ def test_a_few_microseconds_of_launch_wait_are_not_a_second_mode(monkeypatch):
     ]
     assert all(timing_contradictions(samples, sets) == [] for sets, samples in runs)
     # The floor is what keeps them: by the relative gap alone, about a quarter of such runs are refused (on the
-    # GPU: 1 in 20 to 1 in 2 runs of the protocol's two_kernels test, §8f and §8g).
+    # GPU, runs of two-launch candidates: 0 of 10 to 4 of 8, docs/benchmarks.md §8f and §8g).
     monkeypatch.setattr(evaluator, "BIMODAL_FLOOR_MS", 0.0)
     assert sum(bool(timing_contradictions(samples, sets)) for sets, samples in runs) > 200
 
