@@ -45,6 +45,24 @@ HIDDEN, INTERMEDIATE = 2048, 8192  # the model of docs/benchmarks.md §11
 
 
 @triton.jit
+def silu_gate_up(x_ptr, wg_ptr, wu_ptr, M, H, INTER, cols, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """``silu(x Wg[cols]^T) * (x Wu[cols]^T)`` in fp32 for a 16-row tile and ``BLOCK_N`` intermediate columns:
+    the part both the fused block and today's first launch compute."""
+    rm = tl.arange(0, 16)
+    g = tl.zeros((16, BLOCK_N), dtype=tl.float32)
+    u = tl.zeros((16, BLOCK_N), dtype=tl.float32)
+    for k0 in range(0, H, BLOCK_K):
+        rk = k0 + tl.arange(0, BLOCK_K)
+        x = tl.load(
+            x_ptr + rm[:, None] * H + rk[None, :], mask=(rm[:, None] < M) & (rk[None, :] < H), other=0.0
+        )
+        wmask = (cols[None, :] < INTER) & (rk[:, None] < H)
+        g += tl.dot(x, tl.load(wg_ptr + cols[None, :] * H + rk[:, None], mask=wmask, other=0.0))
+        u += tl.dot(x, tl.load(wu_ptr + cols[None, :] * H + rk[:, None], mask=wmask, other=0.0))
+    return g * tl.sigmoid(g) * u
+
+
+@triton.jit
 def fused_mlp(
     x_ptr,
     wg_ptr,
@@ -62,18 +80,8 @@ def fused_mlp(
     Weights as ``nn.Linear`` keeps them: ``Wg``, ``Wu`` are [INTER, H], ``Wd`` is [H, INTER]; ``y`` is fp32, zeroed."""
     rm = tl.arange(0, 16)
     ri = tl.program_id(0) * BLOCK_I + tl.arange(0, BLOCK_I)
-    g = tl.zeros((16, BLOCK_I), dtype=tl.float32)
-    u = tl.zeros((16, BLOCK_I), dtype=tl.float32)
-    for k0 in range(0, H, BLOCK_K):
-        rk = k0 + tl.arange(0, BLOCK_K)
-        x = tl.load(
-            x_ptr + rm[:, None] * H + rk[None, :], mask=(rm[:, None] < M) & (rk[None, :] < H), other=0.0
-        )
-        wmask = (ri[None, :] < INTER) & (rk[:, None] < H)
-        g += tl.dot(x, tl.load(wg_ptr + ri[None, :] * H + rk[:, None], mask=wmask, other=0.0))
-        u += tl.dot(x, tl.load(wu_ptr + ri[None, :] * H + rk[:, None], mask=wmask, other=0.0))
-    # Rounded as the unfused path stores its intermediate.
-    h = (g * tl.sigmoid(g) * u).to(x_ptr.dtype.element_ty)
+    h = silu_gate_up(x_ptr, wg_ptr, wu_ptr, M, H, INTER, ri, BLOCK_I, BLOCK_K)
+    h = h.to(x_ptr.dtype.element_ty)  # rounded as the unfused path stores its intermediate
     for h0 in range(0, H, BLOCK_H):
         rh = h0 + tl.arange(0, BLOCK_H)
         wd = tl.load(
@@ -100,17 +108,7 @@ def gate_up_silu(x_ptr, wg_ptr, wu_ptr, h_ptr, M, H, INTER, BLOCK_N: tl.constexp
     """Today's first launch: ``h = silu(x Wg^T) * (x Wu^T)``, a 16-row tile, BLOCK_N columns a program."""
     rm = tl.arange(0, 16)
     rn = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    g = tl.zeros((16, BLOCK_N), dtype=tl.float32)
-    u = tl.zeros((16, BLOCK_N), dtype=tl.float32)
-    for k0 in range(0, H, BLOCK_K):
-        rk = k0 + tl.arange(0, BLOCK_K)
-        x = tl.load(
-            x_ptr + rm[:, None] * H + rk[None, :], mask=(rm[:, None] < M) & (rk[None, :] < H), other=0.0
-        )
-        wmask = (rn[None, :] < INTER) & (rk[:, None] < H)
-        g += tl.dot(x, tl.load(wg_ptr + rn[None, :] * H + rk[:, None], mask=wmask, other=0.0))
-        u += tl.dot(x, tl.load(wu_ptr + rn[None, :] * H + rk[:, None], mask=wmask, other=0.0))
-    h = g * tl.sigmoid(g) * u
+    h = silu_gate_up(x_ptr, wg_ptr, wu_ptr, M, H, INTER, rn, BLOCK_N, BLOCK_K)
     tl.store(
         h_ptr + rm[:, None] * INTER + rn[None, :],
         h.to(h_ptr.dtype.element_ty),
