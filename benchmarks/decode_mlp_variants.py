@@ -266,10 +266,12 @@ def main() -> int:
         "rows": rows,
         "layers": args.layers,
         "weights_mb": mb,
-        "variants": {},
+        "variants": [],
     }
 
-    def measure(label, run):
+    rows_out = report["variants"]
+
+    def timed_row(label, run):
         try:
             err = max(rel_err(run(x, r, b), x, r, b) for b in blocks[:1])
         except Exception as exc:  # noqa: BLE001 - a configuration that does not compile is skipped
@@ -279,14 +281,18 @@ def main() -> int:
         ms = chain_ms(run)
         return {"label": label, "ms": ms, "rel_err": err, "tb_s": mb / ms / 1e3}
 
-    rows_out = [measure("torch", run_torch)]
-    rows_out += [measure(f"two kernels {cfg}", run_two(cfg)) for cfg in TWO_GRID]
-    rows_out += [measure(f"fused {cfg}", run_fused(cfg)) for cfg in FUSED_GRID]
-    rows_out.append(measure("torch again", run_torch))
-    report["variants"] = rows_out
-    if args.out:
-        with open(args.out, "w") as fh:
-            json.dump(report, fh, indent=1)
+    def measure(label, run):
+        rows_out.append(timed_row(label, run))
+        if args.out:  # after every row: a sweep cut short by a time limit keeps what it measured
+            with open(args.out, "w") as fh:
+                json.dump(report, fh, indent=1)
+
+    measure("torch", run_torch)
+    for cfg in TWO_GRID:
+        measure(f"two kernels {cfg}", run_two(cfg))
+    for cfg in FUSED_GRID:
+        measure(f"fused {cfg}", run_fused(cfg))
+    measure("torch again", run_torch)
     timed = [v for v in rows_out if "ms" in v]
     base = statistics.median(v["ms"] for v in timed if v["label"].startswith("torch"))
     print(

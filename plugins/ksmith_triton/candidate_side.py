@@ -390,6 +390,7 @@ def capture_harness(guards: Any) -> None:
         "trial_violations",
         "refuse",
         "time_candidate",
+        "load_timing_kernels",
         "run_trials_and_timing",
         "TimedCallCheck",
     ):
@@ -547,6 +548,7 @@ def run_trials_and_timing(
     # Peak memory so far (the trials' outputs are all alive now): the driver's admission expects as much
     # of the problem's next evaluations (admission.py). The candidate could lie; the driver floors it.
     peak = peak_memory_bytes(device)
+    load_timing_kernels(device, trials[-1]["outputs"] if trials else [])
     allocations_after = driver_allocations()
     trial_allocations = {
         k: allocations_after[k] - v for k, v in allocations_before.items() if k in allocations_after
@@ -871,6 +873,34 @@ class GatherBuffers:
         return self.values_host
 
 
+def _torch_dtype(name: Any) -> Any:
+    """The torch dtype an output's description names (``"torch.float32"``), or ``None``."""
+    import torch
+
+    dtype = getattr(torch, str(name or "").removeprefix("torch."), None)
+    return dtype if isinstance(dtype, torch.dtype) else None
+
+
+def load_timing_kernels(device: str, outputs: list[dict[str, Any]]) -> None:
+    """Launch once, on a few elements, the torch kernels the timed loop's own work launches: the L2 flush's
+    ``zero_`` and the sample gather's ``take`` for each output's dtype. CUDA loads a kernel on its first launch
+    in a process -- 7-25 ms each for these on an H200 in a fresh worker, longer while the host makes a CUDA
+    context for any GPU (docs/benchmarks.md §8g) -- so without this the loads land inside the exclusive timing
+    hold; here they fall in the trials' shared hold, which the caller is in."""
+    if device != "cuda":
+        return
+    import torch
+
+    positions = torch.zeros(1, dtype=torch.int64, device="cuda")
+    torch.empty(2, dtype=torch.int8, device="cuda").zero_()
+    for dtype in {_torch_dtype(o.get("dtype")) for o in outputs} - {None}:
+        try:
+            torch.take(torch.zeros(2, dtype=dtype, device="cuda"), positions)
+        except (RuntimeError, TypeError):  # no kernel for this dtype: the gather will say so itself
+            continue
+    torch.cuda.synchronize()
+
+
 def release_cached_memory(device: str) -> None:
     """Give the caching allocator's free blocks back to the GPU (the poison block, freed inputs and outputs)
     before the reference process computes beside this one. The next trial poisons afresh."""
@@ -910,8 +940,8 @@ def reserve_for_timing(device: str, peak_bytes: int, outputs: list[dict[str, Any
             held.append(torch.empty(size, dtype=torch.uint8, device="cuda"))
         held.extend(torch.empty(2**20, dtype=torch.uint8, device="cuda") for _ in range(RESERVE_SMALL_BLOCKS))
         for output in outputs:  # as many pinned blocks, of the sizes each output's ``GatherBuffers`` takes
-            dtype = getattr(torch, str(output.get("dtype", "")).removeprefix("torch."), None)
-            if not isinstance(dtype, torch.dtype):
+            dtype = _torch_dtype(output.get("dtype"))
+            if dtype is None:
                 continue
             count = min(SAMPLES_PER_OUTPUT, math.prod(output.get("shape") or [1]))
             held.append(torch.empty(count, dtype=torch.int64).pin_memory())

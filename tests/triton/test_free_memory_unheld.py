@@ -1,6 +1,8 @@
 """The worker reads the GPU's free memory while it holds no GPU lock: before the trials (``free_memory_unheld``),
 whose poison blocks are sized from it, and before the timing (``reserve_for_timing``), whose full checks' copies
-are bounded by it. Inside the holds the query can wait behind another process's new CUDA context."""
+are bounded by it. Inside the holds the query can wait behind another process's new CUDA context. And the timed
+loop's own kernels are loaded inside the trials' shared hold (``load_timing_kernels``), not on their first launch
+inside the exclusive one."""
 
 from __future__ import annotations
 
@@ -37,3 +39,20 @@ def test_the_trials_read_the_free_memory_once_and_size_the_poison_block_from_it(
     for _ in range(3):
         candidate_side.poison_allocator(8 * 2**20, free)
     assert asked == []  # no query inside the trials' hold
+
+
+def test_off_the_gpu_no_timing_kernel_is_loaded(monkeypatch):
+    launched = []
+    monkeypatch.setattr(torch, "empty", lambda *a, **k: launched.append((a, k)))
+    monkeypatch.setattr(torch, "zeros", lambda *a, **k: launched.append((a, k)))
+    candidate_side.load_timing_kernels("cpu", [{"dtype": "torch.float32"}])
+    assert launched == []
+
+
+@pytest.mark.gpu
+def test_the_timing_kernels_load_for_any_output_dtype_and_leave_no_error():
+    names = ["torch.float32", "torch.bfloat16", "torch.float16", "torch.int64", "torch.bool", "torch.uint8"]
+    names += ["torch.float8_e4m3fn", "torch.complex64", "not-a-dtype", None]
+    candidate_side.load_timing_kernels("cuda", [{"dtype": name} for name in names])
+    torch.cuda.synchronize()  # no sticky error left on the stream
+    assert torch.take(torch.arange(4.0, device="cuda"), torch.tensor([3], device="cuda")).item() == 3.0
