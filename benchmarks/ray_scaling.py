@@ -119,6 +119,7 @@ def summary(name: str, jobs: list[Any], verdicts: list[Any], seconds: float, gpu
         ),
         # And what the trials asked for inside their shared hold.
         "median_trial_allocations": medians(v.details.get("trial_allocations") for v in verdicts),
+        "median_trial_steps_ms": medians(v.details.get("trial_steps_ms") for v in verdicts),
         "median_timing_loop_ms_by_gpu": {
             gpu: medians(
                 v.details.get("timing", {}).get("loop_ms")
@@ -303,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{name}: {row['per_minute']:.1f}/min {row['statuses']}; median phases {row['median_phase_seconds']}; "
             f"median CPU seconds {row['median_cpu_seconds']}; host CPU {row.get('host_cpu')}; "
             f"timed loop ms {row['median_timing_loop_ms']}; CPU ms {row['median_timing_loop_cpu_ms']}; "
-            f"switches {row['median_timing_loop_switches']}; allocations {row['median_timing_loop_allocations']}; trial allocations {row.get('median_trial_allocations')}; by GPU {row['median_timing_loop_ms_by_gpu']}; "
+            f"switches {row['median_timing_loop_switches']}; allocations {row['median_timing_loop_allocations']}; trial allocations {row.get('median_trial_allocations')}; trial steps ms {row.get('median_trial_steps_ms')}; by GPU {row['median_timing_loop_ms_by_gpu']}; "
             f"GPU lock {row.get('gpu_lock')}",
             file=sys.stderr,
             flush=True,

@@ -51,6 +51,23 @@ POISON_MIN_BYTES = 64 * 2**20
 STEPS: dict[str, float] = {}
 
 
+class StepClock:
+    """Host milliseconds per named step, summed over the trials' loop (``details.trial_steps_ms``): where the
+    trials' shared hold goes, a diagnostic like the driver allocations beside it, not an input to any verdict.
+    ``perf`` is the clock captured before the candidate loaded."""
+
+    def __init__(self, perf: Any) -> None:
+        self.perf, self.ms, self.last = perf, {}, perf()
+
+    def lap(self, name: str) -> None:
+        now = self.perf()
+        self.ms[name] = self.ms.get(name, 0.0) + (now - self.last) * 1e3
+        self.last = now
+
+    def report(self) -> dict[str, float]:
+        return {name: round(ms, 3) for name, ms in self.ms.items()}
+
+
 def step_seconds() -> dict[str, float]:
     """Seconds between consecutive steps: waiting for the job (a spare's idle time), preparing, ..."""
     names = list(STEPS)
@@ -489,6 +506,7 @@ def run_trials_and_timing(
     # -- correctness trials (the parent holds the GPU's shared lock meanwhile) ----------------------------
     share_cuda = device == "cuda" and job.get("transport", "ipc") == "ipc"
     allocations_before = driver_allocations()  # what the trials ask of the driver inside that hold
+    steps = StepClock(timers["perf_counter"])  # where the trials' hold goes, step by step
     trials: list[dict[str, Any]] = []
     trial_sets = iter(trial_inputs)
     for index in range(len(trial_inputs)):
@@ -498,11 +516,14 @@ def run_trials_and_timing(
         except ProblemStepError as exc:  # the problem's code or the device's size: not the candidate's
             channel.send("error", status="setup_error", reason=str(exc), error=format_error(exc))
             return 0
+        steps.lap("inputs")
         try:
             inputs = staging.load(pristine)
+            steps.lap("stage")
             if device == "cuda":
                 poison_allocator(input_bytes, trials_free)
                 timers["synchronize"]()
+                steps.lap("poison")
         except BaseException as exc:  # noqa: BLE001 - memory the candidate's model keeps is the usual cause
             return report_forward_error(channel, guards, exc, f"staging the inputs of trial {index}")
         try:
@@ -511,6 +532,7 @@ def run_trials_and_timing(
                 timers["synchronize"]()
         except BaseException as exc:  # noqa: BLE001
             return report_forward_error(channel, guards, exc, f"trial {index}")
+        steps.lap("forward")
         violations = trial_violations(guards, threads_before, hooks_before)
         if violations:
             return refuse(channel, guards, violations)
@@ -519,15 +541,18 @@ def run_trials_and_timing(
         except OutputError as exc:
             channel.send("error", status="rejected", reasons=[str(exc)])
             return 0
+        steps.lap("guards_checked")
         try:
             mutated = [
                 i for i, (now, before) in enumerate(zip(inputs, pristine)) if not same_value(now, before)
             ]
+            steps.lap("inputs_compared")
             saved = save_outputs(out_dir, f"trial_{index}", structure, tensors, share_cuda)
         except BaseException as exc:  # noqa: BLE001 - an out-of-memory here is said as one, not a crash
             return report_forward_error(
                 channel, guards, exc, f"ksmith's copy of the outputs of trial {index}"
             )
+        steps.lap("outputs_saved")
         entry = {**saved, "launches": guards.launches, "mutated_inputs": mutated}
         trials.append(entry)
         if stream:
@@ -537,8 +562,10 @@ def run_trials_and_timing(
             if read_command().get("op") != "next":
                 return 0
             SHARED_OUTPUTS.clear()  # compared: the reference process has let go of them
+            steps.lap("streamed_comparison")
             continue
         del out, tensors, pristine  # made per trial when memory is short: one set alive at a time
+        steps.lap("freed")
     changed = guards.tampered()
     if changed:
         channel.send(
@@ -548,7 +575,9 @@ def run_trials_and_timing(
     # Peak memory so far (the trials' outputs are all alive now): the driver's admission expects as much
     # of the problem's next evaluations (admission.py). The candidate could lie; the driver floors it.
     peak = peak_memory_bytes(device)
+    steps.lap("tamper_check_and_peak")
     load_timing_kernels(device, trials[-1]["outputs"] if trials else [])
+    steps.lap("timing_kernels_loaded")
     allocations_after = driver_allocations()
     trial_allocations = {
         k: allocations_after[k] - v for k, v in allocations_before.items() if k in allocations_after
@@ -559,7 +588,10 @@ def run_trials_and_timing(
     trial_inputs.release()
     staging = first_inputs = inputs = None
     release_cached_memory(device)
-    channel.send("correctness", trials=trials, peak_bytes=peak, allocations=trial_allocations)
+    steps.lap("cache_released")
+    channel.send(
+        "correctness", trials=trials, peak_bytes=peak, allocations=trial_allocations, steps_ms=steps.report()
+    )
     # Unheld while the driver compares: the memory the timing will take, asked of the driver now rather than
     # inside the exclusive hold.
     free_bytes = reserve_for_timing(device, peak, trials[-1]["outputs"] if trials else [])

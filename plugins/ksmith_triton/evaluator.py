@@ -1114,6 +1114,7 @@ class Evaluation:
                 return failed
             self.saw_peak("candidate", report)
             self.details["trial_allocations"] = _mapping_or_none(report.get("allocations"))
+            self.details["trial_steps_ms"] = _mapping_or_none(report.get("steps_ms"))
             self.trials_reported = True
             trials = report["trials"]
         self.launches = [int(t["launches"]) for t in trials if isinstance(t.get("launches"), int)]
@@ -1212,6 +1213,7 @@ class Evaluation:
                 return failed
             self.saw_peak("candidate", final)
             self.details["trial_allocations"] = _mapping_or_none(final.get("allocations"))
+            self.details["trial_steps_ms"] = _mapping_or_none(final.get("steps_ms"))
             trials = final["trials"]
         started = time.monotonic()
         checked = self._compare_outputs_in_reference(worker, child, seeds, [], "trial", degenerate_check=True)

@@ -177,10 +177,19 @@ def test_reference_cache_is_private_json(tmp_path):
     assert (tmp_path / "cache").stat().st_mode & 0o777 == 0o700
 
 
-def test_the_trials_driver_allocations_are_reported_and_none_are_counted_off_the_gpu(reference_cache):
+def test_the_trials_driver_allocations_and_steps_are_reported_and_none_are_counted_off_the_gpu(
+    reference_cache,
+):
     verdict = evaluate(problem("scale_add"), candidate("scale_add_ok"), quick_options(reference_cache))
     assert verdict.status is Status.OK, verdict.reasons
     assert verdict.details["trial_allocations"] == {}  # the worker's count, sent with its trials
+    # Where the trials' hold went, step by step: every step of a CPU trial named, and together no longer than
+    # the trials' phase the driver timed around them (its clock starts before the worker's and stops after).
+    steps = verdict.details["trial_steps_ms"]
+    assert {"inputs", "stage", "forward", "guards_checked", "inputs_compared", "outputs_saved"} <= set(steps)
+    assert "poison" not in steps  # the poison block is a GPU step
+    assert all(ms >= 0 for ms in steps.values())
+    assert 0 < sum(steps.values()) <= verdict.phases["candidate_trials"] * 1e3 + 1
 
 
 # -- GPU: run on a machine with an NVIDIA GPU ----------------------------------------------------------------------
@@ -205,6 +214,7 @@ def test_gpu_legit_kernel_is_timed_against_both_references(reference_cache):
     # What the trials asked of the driver inside their shared hold: device segments and pinned blocks.
     assert set(verdict.details["trial_allocations"]) == {"device", "host"}
     assert all(v >= 0 for v in verdict.details["trial_allocations"].values())
+    assert {"poison", "forward", "timing_kernels_loaded"} <= set(verdict.details["trial_steps_ms"])
     roofline = verdict.details["roofline"]  # no ksmith_flops: counted, and elementwise work has no price
     assert roofline["flops_source"] == "counted" and roofline["flops"] == 0.0
     assert roofline["compute_dtype"] == "float32"
