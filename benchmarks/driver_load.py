@@ -3,22 +3,35 @@
 ``--mode contexts``: one process making and destroying CUDA contexts on ``--gpu`` one after another, as each
 evaluation's fresh worker does once; ``--mode alloc``: ``--procs`` processes allocating, sharing (IPC handles)
 and freeing device memory there, as the trials and comparisons do. The workers are ``driver_contention.py``'s;
-this only runs them for ``--seconds`` and prints how many loops each made.
+this runs them for ``--seconds``, or for as long as the process ``--while-pid`` lives, and prints how many
+loops each made. The load must cover the other benchmark's measured phase: a fixed ``--seconds`` shorter than
+the benchmark's start-up ends before it (docs/benchmarks.md §8h), so tie it to the benchmark's process:
 
-    python benchmarks/driver_load.py --gpu 1 --mode contexts --seconds 150 &
-    python benchmarks/ray_scaling.py --configs ray1 ...
+    python benchmarks/ray_scaling.py --configs ray1 ... & BENCH=$!
+    python benchmarks/driver_load.py --gpu 1 --mode contexts --while-pid $BENCH
 """
 
 from __future__ import annotations
 
 import argparse
 import multiprocessing as mp
+import os
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from driver_contention import context_worker, worker  # noqa: E402 - the script beside this one
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: alive
+        return True
+    return True
 
 
 def main() -> int:
@@ -28,7 +41,10 @@ def main() -> int:
     parser.add_argument("--procs", type=int, default=8)
     parser.add_argument("--seconds", type=float, default=150.0)
     parser.add_argument("--mb", type=int, default=64)
+    parser.add_argument("--while-pid", type=int, default=None, help="load until this process has exited")
     args = parser.parse_args()
+    if args.while_pid is not None:
+        args.seconds = 24 * 3600.0  # the children's own limit; the watched process ends the load
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     target, procs = (context_worker, 1) if args.mode == "contexts" else (worker, args.procs)
@@ -39,6 +55,15 @@ def main() -> int:
     ]
     for child in children:
         child.start()
+    if args.while_pid is not None:
+        started = time.time()
+        while _alive(args.while_pid):
+            time.sleep(0.5)
+        for child in children:
+            child.terminate()
+            child.join()
+        print(f"driver load {args.mode} on GPU {args.gpu}: stopped after {time.time() - started:.0f} s")
+        return 0
     results = [queue.get(timeout=args.seconds + 120) for _ in children]
     for child in children:
         child.join()
