@@ -1,0 +1,39 @@
+#!/bin/bash
+# Issue 17's next measurement on a two-GPU machine (docs/benchmarks.md §8h): which load of a second GPU's
+# evaluations slows the first GPU's, and which of the trials' steps grow with two GPUs busy.
+#   1. `ray1` on GPU 0 with CUDA contexts made and destroyed on GPU 1, the load tied to the run's process;
+#   2. the same with device allocations, frees and IPC handles on GPU 1;
+#   3. `ray1` then `ray2`, whose rows print the trials' steps (`details.trial_steps_ms` medians).
+# Usage: bash benchmarks/ray_loads_gpu.sh [STEP...] (default: contexts alloc scaling); results under
+# $OUT/ray_loads/. A step whose JSON is already in $OUT/ray_loads/ is skipped, so a cut-short call resumes
+# (copy the earlier call's folder back into $OUT first).
+set -u
+. benchmarks/device_setup.sh
+if [ -f .ray/ray.tar.xz ]; then  # Ray carried as an archive and wheels (see the device README)
+  mkdir -p /tmp/site && tar xJf .ray/ray.tar.xz -C /tmp/site && pip install -q --no-deps --target /tmp/site .ray/*.whl
+  export PYTHONPATH=/tmp/site
+fi
+dir="$OUT/ray_loads"
+mkdir -p "$dir"
+nvidia-smi --query-gpu=name,driver_version --format=csv > "$dir/gpu.txt"
+one_gpu_with_load() {  # NAME MODE [EXTRA...]
+  local name=$1 mode=$2; shift 2
+  [ -f "$dir/$name.json" ] && { echo "$name: done before"; return; }
+  python benchmarks/ray_scaling.py --out "$dir/$name.json" --slots 8 --configs ray1 > "$dir/$name.log" 2>&1 &
+  local bench=$!
+  python benchmarks/driver_load.py --gpu 1 --mode "$mode" "$@" --while-pid "$bench" > "$dir/${name}_load.log" 2>&1
+  wait "$bench"
+  tail -3 "$dir/$name.log"; cat "$dir/${name}_load.log"
+}
+for step in ${*:-contexts alloc scaling}; do
+  case $step in
+    contexts) one_gpu_with_load ray1_contexts_gpu1 contexts ;;
+    alloc) one_gpu_with_load ray1_alloc_gpu1 alloc --procs 2 ;;
+    scaling)
+      if [ -f "$dir/scaling.json" ]; then echo "scaling: done before"; else
+        python benchmarks/ray_scaling.py --out "$dir/scaling.json" --slots 8 --configs ray1 ray2 > "$dir/scaling.log" 2>&1
+        grep -o "ray[12]: [0-9.]*/min\|trial steps ms {[^}]*}" "$dir/scaling.log"; tail -4 "$dir/scaling.log"
+      fi ;;
+    *) echo "unknown step: $step (contexts, alloc, scaling)"; exit 2 ;;
+  esac
+done
