@@ -3,8 +3,12 @@
 # evaluations slows the first GPU's, and which of the trials' steps grow with two GPUs busy.
 #   1. `ray1` on GPU 0 with CUDA contexts made and destroyed on GPU 1, the load tied to the run's process;
 #   2. the same with device allocations, frees and IPC handles on GPU 1;
-#   3. `ray1` then `ray2`, whose rows print the trials' steps (`details.trial_steps_ms` medians).
-# Usage: bash benchmarks/ray_loads_gpu.sh [STEP...] (default: contexts alloc scaling); results under
+#   3. `ray1` then `ray2`, whose rows print the trials' steps (`details.trial_steps_ms` medians);
+#   4. (`eager`, not in the default) the same with CUDA_MODULE_LOADING=EAGER, which every process inherits:
+#      each kernel loaded when a worker makes its context, ahead of its job, instead of on its first launch
+#      inside a hold, at the price of a slower, larger context.
+# Usage: bash benchmarks/ray_loads_gpu.sh [STEP...] (default: contexts alloc scaling; about nine minutes,
+# `eager` about five more: run it in a second call); results under
 # $OUT/ray_loads/. A step whose JSON is already in $OUT/ray_loads/ is skipped, so a cut-short call resumes
 # (copy the earlier call's folder back into $OUT first).
 set -u
@@ -34,6 +38,12 @@ for step in ${*:-contexts alloc scaling}; do
         python benchmarks/ray_scaling.py --out "$dir/scaling.json" --slots 8 --configs ray1 ray2 > "$dir/scaling.log" 2>&1
         grep -o "ray[12]: [0-9.]*/min\|trial steps ms {[^}]*}" "$dir/scaling.log"; tail -4 "$dir/scaling.log"
       fi ;;
-    *) echo "unknown step: $step (contexts, alloc, scaling)"; exit 2 ;;
+    eager)
+      if [ -f "$dir/scaling_eager.json" ]; then echo "eager: done before"; else
+        CUDA_MODULE_LOADING=EAGER python benchmarks/ray_scaling.py --out "$dir/scaling_eager.json" --slots 8 \
+          --configs ray1 ray2 > "$dir/scaling_eager.log" 2>&1
+        grep -o "ray[12]: [0-9.]*/min\|trial steps ms {[^}]*}" "$dir/scaling_eager.log"; tail -4 "$dir/scaling_eager.log"
+      fi ;;
+    *) echo "unknown step: $step (contexts, alloc, scaling, eager)"; exit 2 ;;
   esac
 done
