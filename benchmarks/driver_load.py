@@ -25,13 +25,18 @@ from driver_contention import context_worker, worker  # noqa: E402 - the script 
 
 
 def _alive(pid: int) -> bool:
+    """Whether ``pid`` still runs: an exited process its parent has not reaped yet (a zombie) has ended."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:  # another user's process: alive
         return True
-    return True
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
 
 
 def main() -> int:
