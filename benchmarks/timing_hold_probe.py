@@ -3,7 +3,8 @@ docs/benchmarks.md §8g).
 
 Each evaluation runs in a fresh candidate worker, so every kernel the harness launches is loaded on its first
 launch there. This evaluates the protocol's ``scale_add_ok`` candidate ``--runs`` times and prints the medians of
-the timing phase (the exclusive hold), the trials phase, and the timed loop's parts (``details.timing.loop_ms``).
+the timing phase (the exclusive hold), the trials phase, the timed loop's parts (``details.timing.loop_ms``) and
+the trials' steps (``details.trial_steps_ms``).
 Run it on two versions of the worker to compare them.
 
     python benchmarks/timing_hold_probe.py --out hold.json [--runs 8] [--label NAME]
@@ -51,6 +52,7 @@ def main() -> int:
                 "status": v.status.value,
                 "phases": dict(v.phases or {}),
                 "loop_ms": v.details.get("timing", {}).get("loop_ms") or {},
+                "trial_steps_ms": v.details.get("trial_steps_ms") or {},
                 "runtime_ms": v.runtime_ms,
             }
         )
@@ -68,6 +70,14 @@ def main() -> int:
             f"{_median(r['loop_ms'].get(k) for r in rs):.2f}" for k in ("check", "inputs", "warmup", "wait")
         )
         print(f"{label:12s} {sum(r['status'] == 'ok' for r in rs):3d} {timing:9.3f} {trials:9.3f}  {loop}")
+    print("trials' steps, ms (median):")
+    for label, rs in report.items():
+        names = sorted({k for r in rs for k in r.get("trial_steps_ms", {})})
+        steps = {k: _median(r.get("trial_steps_ms", {}).get(k) for r in rs) for k in names}
+        print(
+            f"  {label:12s} "
+            + ", ".join(f"{k} {v:.1f}" for k, v in sorted(steps.items(), key=lambda kv: -kv[1]))
+        )
     return 0
 
 
