@@ -44,6 +44,7 @@ from ksmith_triton.child_common import (
     serve_job,
     tensor_bytes,
 )
+from ksmith_triton.compare import torch_dtype
 
 POISON_MIN_BYTES = 64 * 2**20
 
@@ -905,14 +906,6 @@ class GatherBuffers:
         return self.values_host
 
 
-def _torch_dtype(name: Any) -> Any:
-    """The torch dtype an output's description names (``"torch.float32"``), or ``None``."""
-    import torch
-
-    dtype = getattr(torch, str(name or "").removeprefix("torch."), None)
-    return dtype if isinstance(dtype, torch.dtype) else None
-
-
 def load_timing_kernels(device: str, outputs: list[dict[str, Any]]) -> None:
     """Launch once, on a few elements, the torch kernels the timed loop's own work launches: the L2 flush's
     ``zero_`` and the sample gather's ``take`` for each output's dtype. CUDA loads a kernel on its first launch
@@ -925,7 +918,7 @@ def load_timing_kernels(device: str, outputs: list[dict[str, Any]]) -> None:
 
     positions = torch.zeros(1, dtype=torch.int64, device="cuda")
     torch.empty(2, dtype=torch.int8, device="cuda").zero_()
-    for dtype in {_torch_dtype(o.get("dtype")) for o in outputs} - {None}:
+    for dtype in {torch_dtype(o.get("dtype")) for o in outputs} - {None}:
         try:
             torch.take(torch.zeros(2, dtype=dtype, device="cuda"), positions)
         except (RuntimeError, TypeError):  # no kernel for this dtype: the gather will say so itself
@@ -972,7 +965,7 @@ def reserve_for_timing(device: str, peak_bytes: int, outputs: list[dict[str, Any
             held.append(torch.empty(size, dtype=torch.uint8, device="cuda"))
         held.extend(torch.empty(2**20, dtype=torch.uint8, device="cuda") for _ in range(RESERVE_SMALL_BLOCKS))
         for output in outputs:  # as many pinned blocks, of the sizes each output's ``GatherBuffers`` takes
-            dtype = _torch_dtype(output.get("dtype"))
+            dtype = torch_dtype(output.get("dtype"))
             if dtype is None:
                 continue
             count = min(SAMPLES_PER_OUTPUT, math.prod(output.get("shape") or [1]))

@@ -49,11 +49,17 @@ def tolerance_table(tolerance_for: Callable[[str], Tolerance], dtypes: tuple[str
     return table
 
 
-def _dtype(name: str) -> Any:
+def torch_dtype(name: Any) -> Any:
+    """The torch dtype an output's description names (``"torch.float32"`` or ``"float32"``), or ``None``."""
     import torch
 
-    value = getattr(torch, str(name).removeprefix("torch."), None)
-    if not isinstance(value, torch.dtype):
+    value = getattr(torch, str(name or "").removeprefix("torch."), None)
+    return value if isinstance(value, torch.dtype) else None
+
+
+def _dtype(name: str) -> Any:
+    value = torch_dtype(name)
+    if value is None:
         raise ValueError(f"unknown dtype {name!r}")
     return value
 
