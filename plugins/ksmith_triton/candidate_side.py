@@ -583,6 +583,10 @@ def run_trials_and_timing(
     trial_allocations = {
         k: allocations_after[k] - v for k, v in allocations_before.items() if k in allocations_after
     }
+    # The trials' GPU work is done: the driver may give back their shared hold now (the streamed trials' last
+    # step keeps it until ``correctness``). What follows are driver calls, not GPU work, and the host's
+    # driver serialises them across GPUs: inside the hold they kept other evaluations' timing waiting.
+    channel.send("trials_ran")
     # The trials are over: their inputs and the staging copy go, and the allocator's cached blocks (the
     # poison block, each trial's freed inputs) go back to the GPU before the reference process compares and
     # times beside this one (with 8 GiB inputs, 48 GiB stayed cached here and the reference ran out).

@@ -86,6 +86,8 @@ CPU_WARMUP = 1
 REFERENCE_TIMEOUT_S = 900.0
 # Every trial's outputs together above this: each trial is compared as soon as it ran (``_stream_trials``).
 STREAM_TRIALS_ABOVE_BYTES = 8 << 30
+# After its trials' GPU work, the worker gives back its cached memory unheld: at least this long for it.
+RELEASE_AFTER_TRIALS_MIN_S = 30.0
 COMPARE_TIMEOUT_MIN_S = 60.0  # comparing a candidate's outputs takes at most this or the candidate's timeout
 MAX_REFERENCE_WORKERS = 16  # warm reference processes kept; the least recently used one goes first
 OUTPUT_TAIL_IN_DETAILS = 1500
@@ -1101,7 +1103,11 @@ class Evaluation:
         else:
             with shared_gpu_lock(self.device, self.gpu, "candidate trials"):
                 child.send({"op": "trials", "stream": False})
-                report = child.wait_message("correctness", opts.timeout_s)
+                report = child.wait_message("trials_ran", opts.timeout_s)
+            if isinstance(report, dict) and report.get("kind") == "trials_ran":
+                # The GPU work is done; the worker gives its cached memory back, unheld, then reports.
+                left = max(RELEASE_AFTER_TRIALS_MIN_S, opts.timeout_s - (time.monotonic() - clock))
+                report = child.wait_message("correctness", left)
         phases["candidate_trials"] = round(time.monotonic() - clock, 3)
         if stream:
             if isinstance(streamed, Verdict):
