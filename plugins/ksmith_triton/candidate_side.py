@@ -584,8 +584,8 @@ def run_trials_and_timing(
         k: allocations_after[k] - v for k, v in allocations_before.items() if k in allocations_after
     }
     # The trials' GPU work is done: the driver may give back their shared hold now (the streamed trials' last
-    # step keeps it until ``correctness``). What follows are driver calls, not GPU work, and the host's
-    # driver serialises them across GPUs: inside the hold they kept other evaluations' timing waiting.
+    # step keeps it until ``correctness``). What follows are driver calls, not GPU work, which take longer
+    # with more GPUs of the host busy: inside the hold they kept other evaluations' timing waiting (§8i).
     channel.send("trials_ran")
     # The trials are over: their inputs and the staging copy go, and the allocator's cached blocks (the
     # poison block, each trial's freed inputs) go back to the GPU before the reference process compares and

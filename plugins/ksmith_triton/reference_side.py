@@ -91,8 +91,7 @@ def run_reference(channel: Channel, job: dict[str, Any]) -> int:
 
 # Many of these processes live side by side (one per problem), so none keeps its cache while idle. A busy one
 # keeps up to this much between the requests of an evaluation: given back and taken again for each request,
-# the cache cost driver calls inside the comparisons' holds, and the host's driver serialises those across
-# its GPUs (docs/benchmarks.md §8i).
+# the cache cost driver calls inside the comparisons' holds (docs/benchmarks.md §8i).
 KEEP_CACHED_BYTES = 1 << 30
 IDLE_RELEASE_S = 1.5  # no request for this long: idle, the cache goes back to the GPU
 

@@ -41,8 +41,8 @@ def prepare_warm_kernel(device: str, step: Callable[[str], None] = lambda name: 
     step("cuda_context")
     out = torch.empty(64, device=device)  # its block stays in the allocator's cache for the launch
     compiled = _fill.warmup(out, 1.0, out.numel(), BLOCK=64, grid=(1,))
-    # Loading the module is a driver call (the host's driver serialises those across GPUs), not GPU work:
-    # done here, it stays out of the shared hold that the launch takes.
+    # Loading the module is a driver call, not GPU work: done here, it stays out of the shared hold that the
+    # launch takes (with two GPUs of the host busy, that hold took 0.06-0.17 s; docs/benchmarks.md §8i).
     load = getattr(compiled, "_init_handles", None)
     if callable(load):
         load()
