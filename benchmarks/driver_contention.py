@@ -34,7 +34,8 @@ PARTS = ("malloc", "ipc_handle", "free")
 IPC_LOOPS = 200  # blocks shared per process: torch may keep a shared block until a receiver lets it go
 
 
-def worker(gpu: int, seconds: float, size: int, start_at: float, queue) -> None:
+def worker(gpu: int, seconds: float, size: int, start_at: float, queue, stop=None) -> None:
+    """Allocations and frees for ``seconds``, then IPC handles; ``stop`` (an event) ends both early."""
     import torch
 
     torch.cuda.set_device(gpu)
@@ -45,7 +46,7 @@ def worker(gpu: int, seconds: float, size: int, start_at: float, queue) -> None:
     # Allocation and release: the allocator's cache emptied each time, so each is a driver call.
     end = time.perf_counter() + seconds
     loops = 0
-    while time.perf_counter() < end:
+    while time.perf_counter() < end and not _stopped(stop):
         t0 = time.perf_counter()
         x = torch.empty(size, dtype=torch.uint8, device="cuda")
         t1 = time.perf_counter()
@@ -58,7 +59,7 @@ def worker(gpu: int, seconds: float, size: int, start_at: float, queue) -> None:
     # IPC handles, each for a fresh block kept until the end (the same time window in every process).
     kept = []
     end = time.perf_counter() + seconds
-    while time.perf_counter() < end and len(kept) < IPC_LOOPS:
+    while time.perf_counter() < end and len(kept) < IPC_LOOPS and not _stopped(stop):
         x = torch.empty(size, dtype=torch.uint8, device="cuda")
         t0 = time.perf_counter()
         x.untyped_storage()._share_cuda_()
@@ -68,18 +69,22 @@ def worker(gpu: int, seconds: float, size: int, start_at: float, queue) -> None:
     del kept
 
 
-def context_worker(gpu: int, seconds: float, size: int, start_at: float, queue) -> None:
+def _stopped(stop) -> bool:
+    return stop is not None and stop.is_set()
+
+
+def context_worker(gpu: int, seconds: float, size: int, start_at: float, queue, stop=None) -> None:
     """CUDA contexts made and destroyed on ``gpu`` one after another, as fast as the driver allows: the
     primary context, as torch makes it (``cuDevicePrimaryCtxRetain``), then ``cuDevicePrimaryCtxReset``."""
     try:
-        _contexts(gpu, seconds, start_at, queue)
+        _contexts(gpu, seconds, start_at, queue, stop)
     except Exception as exc:  # noqa: BLE001 - said in the report, not a hung queue
         queue.put(
             {"gpu": gpu, "loops": 0, "seconds": seconds, "times": {}, "role": "contexts", "error": repr(exc)}
         )
 
 
-def _contexts(gpu: int, seconds: float, start_at: float, queue) -> None:
+def _contexts(gpu: int, seconds: float, start_at: float, queue, stop=None) -> None:
     import ctypes
 
     cuda = ctypes.CDLL("libcuda.so.1")
@@ -96,7 +101,7 @@ def _contexts(gpu: int, seconds: float, start_at: float, queue) -> None:
         time.sleep(0.001)
     end = time.perf_counter() + seconds
     made = 0
-    while time.perf_counter() < end:
+    while time.perf_counter() < end and not _stopped(stop):
         t0 = time.perf_counter()
         ok(cuda.cuDevicePrimaryCtxRetain(ctypes.byref(context), device), "cuDevicePrimaryCtxRetain")
         ok(cuda.cuCtxSetCurrent(context), "cuCtxSetCurrent")

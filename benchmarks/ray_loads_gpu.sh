@@ -4,6 +4,10 @@
 #   1. `ray1` on GPU 0 with CUDA contexts made and destroyed on GPU 1, the load tied to the run's process;
 #   2. the same with device allocations, frees and IPC handles on GPU 1;
 #   3. `ray1` then `ray2`, whose rows print the trials' steps (`details.trial_steps_ms` medians);
+#   3b. (§8j, not in the default) `ray1` on GPU 0 beside each of the other things a second GPU's evaluations
+#      bring: `idle`, 16 processes holding a context and a block on GPU 1; `alloc8`, allocations, frees and
+#      IPC handles from 8 processes there; `kernels`, 2 processes keeping GPU 1 busy with copies; and
+#      `slots16`, `ray1` with 16 evaluations in flight and no load (the in-flight count of `ray2` on one GPU);
 #   4. (`eager`, not in the default) the same with CUDA_MODULE_LOADING=EAGER, which every process inherits:
 #      each kernel loaded when a worker makes its context, ahead of its job, instead of on its first launch
 #      inside a hold, at the price of a slower, larger context.
@@ -33,6 +37,14 @@ for step in ${*:-contexts alloc scaling}; do
   case $step in
     contexts) one_gpu_with_load ray1_contexts_gpu1 contexts ;;
     alloc) one_gpu_with_load ray1_alloc_gpu1 alloc --procs 2 ;;
+    alloc8) one_gpu_with_load ray1_alloc8_gpu1 alloc --procs 8 ;;
+    idle) one_gpu_with_load ray1_idle_gpu1 idle --procs 16 ;;
+    kernels) one_gpu_with_load ray1_kernels_gpu1 kernels --procs 2 ;;
+    slots16)
+      if [ -f "$dir/ray1_slots16.json" ]; then echo "slots16: done before"; else
+        python benchmarks/ray_scaling.py --out "$dir/ray1_slots16.json" --slots 16 --configs ray1 > "$dir/ray1_slots16.log" 2>&1
+        grep -o "ray1: [0-9.]*/min\|trial steps ms {[^}]*}" "$dir/ray1_slots16.log"; tail -3 "$dir/ray1_slots16.log"
+      fi ;;
     scaling)
       if [ -f "$dir/scaling.json" ]; then echo "scaling: done before"; else
         python benchmarks/ray_scaling.py --out "$dir/scaling.json" --slots 8 --configs ray1 ray2 > "$dir/scaling.log" 2>&1
@@ -44,6 +56,6 @@ for step in ${*:-contexts alloc scaling}; do
           --configs ray1 ray2 > "$dir/scaling_eager.log" 2>&1
         grep -o "ray[12]: [0-9.]*/min\|trial steps ms {[^}]*}" "$dir/scaling_eager.log"; tail -4 "$dir/scaling_eager.log"
       fi ;;
-    *) echo "unknown step: $step (contexts, alloc, scaling, eager)"; exit 2 ;;
+    *) echo "unknown step: $step (contexts, alloc, alloc8, idle, kernels, slots16, scaling, eager)"; exit 2 ;;
   esac
 done
