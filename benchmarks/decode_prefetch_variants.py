@@ -36,6 +36,7 @@ import torch
 import torch.nn.functional as F
 import triton
 import triton.language as tl
+from decode_gemm_variants import graph_ms  # the script beside this one
 
 HIDDEN, INTER, HEADS, KV_HEADS, HEAD_DIM, LAYERS = 2048, 8192, 16, 4, 128, 4
 # §11f's best skinny configurations on the H200 (BLOCK_N, BLOCK_K, warps, stages), per weight [N, K].
@@ -202,32 +203,6 @@ VARIANTS = {
 }
 
 
-def graph_ms(fn, replays=40, rounds=5):
-    """Median GPU time of one replay of ``fn`` captured as a CUDA graph, per round."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        result = fn()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    rounds_ms = []
-    for _ in range(rounds):
-        samples = []
-        for _ in range(replays):
-            start.record()
-            graph.replay()
-            end.record()
-            end.synchronize()
-            samples.append(start.elapsed_time(end))
-        rounds_ms.append(statistics.median(samples))
-    graph.replay()
-    torch.cuda.synchronize()
-    return rounds_ms, result.clone()
-
-
 def check() -> int:
     """The two kernels against torch on the CPU (``TRITON_INTERPRET=1``): the GEMM with and without its
     residual and ``evict_first``, and the prefetch's per-program sums."""
@@ -277,7 +252,8 @@ def main() -> int:
     base_out = None
     for label, variant in VARIANTS.items():
         try:
-            rounds_ms, out = graph_ms(lambda variant=variant: chain.step(variant))
+            rounds_ms = graph_ms([lambda variant=variant: chain.step(variant)], replays=40, rounds=5)
+            out = chain.h_out[-1].clone()  # the last replay's final hidden state (each replay synchronised)
         except Exception as exc:  # noqa: BLE001 - a variant that fails is reported, the others still run
             report["variants"][label] = {"error": f"{type(exc).__name__}: {str(exc)[:200]}"}
             print(f"  {label:45} failed: {type(exc).__name__}: {str(exc)[:120]}", flush=True)
