@@ -5,7 +5,8 @@
 #   2. the same with device allocations, frees and IPC handles on GPU 1;
 #   3. `ray1` then `ray2`, whose rows print the trials' steps (`details.trial_steps_ms` medians);
 #   3b. (§8j, not in the default) `ray1` on GPU 0 beside each of the other things a second GPU's evaluations
-#      bring: `idle`, 16 processes holding a context and a block on GPU 1; `alloc8`, allocations, frees and
+#      bring: `idle`, 32 processes holding a context and a block on GPU 1 (as many as one GPU's 16 spares,
+#      8 workers and reference processes); `alloc8`, allocations, frees and
 #      IPC handles from 8 processes there; `kernels`, 2 processes keeping GPU 1 busy with copies; and
 #      `slots16`, `ray1` with 16 evaluations in flight and no load (the in-flight count of `ray2` on one GPU);
 #   4. (`eager`, not in the default) the same with CUDA_MODULE_LOADING=EAGER, which every process inherits:
@@ -38,7 +39,7 @@ for step in ${*:-contexts alloc scaling}; do
     contexts) one_gpu_with_load ray1_contexts_gpu1 contexts ;;
     alloc) one_gpu_with_load ray1_alloc_gpu1 alloc --procs 2 ;;
     alloc8) one_gpu_with_load ray1_alloc8_gpu1 alloc --procs 8 ;;
-    idle) one_gpu_with_load ray1_idle_gpu1 idle --procs 16 ;;
+    idle) one_gpu_with_load ray1_idle_gpu1 idle --procs 32 ;;
     kernels) one_gpu_with_load ray1_kernels_gpu1 kernels --procs 2 ;;
     slots16)
       if [ -f "$dir/ray1_slots16.json" ]; then echo "slots16: done before"; else
