@@ -24,10 +24,10 @@ from ksmith_mutate.flip_fold import flip_fold_changes
 from ksmith_mutate.gemm_configs import (
     MIN_ELEMENT_BYTES,
     SHARED_MEMORY_BYTES,
-    TMA_CONFIGS,
     fits_shared_memory,
     gemm_config_changes,
     tile_names,
+    tma_configs,
 )
 from ksmith_mutate.loop_order import loop_reverse_changes
 from ksmith_mutate.loop_split import mask_split_changes
@@ -323,7 +323,7 @@ def _tma_with_large_tiles(model: SourceModel, tma: Edit, limits: Limits) -> list
         return []
     current = (literals[names["M"]], literals[names["N"]], literals[names["K"]])
     variants = []
-    for config in TMA_CONFIGS:
+    for config in tma_configs():
         if (config.block_m, config.block_n, config.block_k) == current:
             continue
 

@@ -212,7 +212,11 @@ def _large(config: GemmConfig) -> bool:
     return config.block_m * config.block_n >= 128 * 128 and config.num_warps == 8 and fits
 
 
-# The configurations a TMA rewrite is also offered at: the large-tile, eight-warp ones, where loading by
-# descriptor pays (on an H100, 128x256x64 with TMA ran at 0.85x of cuBLAS where 128x128x64 without it ran at
-# 0.75x and with it lost a few per cent: docs/benchmarks.md §5).
-TMA_CONFIGS = tuple(c for c in gemm_configs() if _large(c))
+@functools.cache
+def tma_configs() -> tuple[GemmConfig, ...]:
+    """The configurations a TMA rewrite is also offered at: the large-tile, eight-warp ones, where loading by
+    descriptor pays (on an H100, 128x256x64 with TMA ran at 0.85x of cuBLAS where 128x128x64 without it ran at
+    0.75x and with it lost a few per cent: docs/benchmarks.md §5). A function, not a module constant: reading
+    Inductor's configurations imports its template heuristics (seconds), which no command should pay at
+    start-up."""
+    return tuple(c for c in gemm_configs() if _large(c))

@@ -50,6 +50,22 @@ def test_builtins_load_through_entry_points(ksmith_cmd):
         assert listed[name]["hooks"], f"{name} implements no hook"
 
 
+def test_loading_every_plugin_imports_no_torch():
+    """Every command loads every plugin: a plugin module importing torch, Triton or Inductor at the top makes
+    each ``ksmith`` command seconds slower (``torch._dynamo`` and Inductor's template heuristics cost about
+    seven), so the built-ins import them where they are used."""
+    probe = (
+        "import sys\n"
+        "from ksmith_core.cli import build\n"
+        "from ksmith_core.plugins import get_plugin_manager\n"
+        "get_plugin_manager(); build()\n"
+        "print(' '.join(m for m in ('torch', 'triton', 'torch._dynamo', 'torch._inductor') if m in sys.modules))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "", f"imported while loading the plugins: {proc.stdout.strip()}"
+
+
 def test_load_and_disable_by_environment(ksmith_cmd):
     only = run_plugins_json(ksmith_cmd, {"KSMITH_LOAD_PLUGINS": "basics,mutate"})
     assert set(only) == {"basics", "mutate"}
