@@ -52,8 +52,8 @@ def test_builtins_load_through_entry_points(ksmith_cmd):
 
 def test_loading_every_plugin_imports_no_torch():
     """Every command loads every plugin: a plugin module importing torch, Triton or Inductor at the top makes
-    each ``ksmith`` command seconds slower (``torch._dynamo`` and Inductor's template heuristics cost about
-    seven), so the built-ins import them where they are used."""
+    each ``ksmith`` command seconds slower (``torch._dynamo`` and Inductor's template heuristics most), so the
+    built-ins import them where they are used."""
     probe = (
         "import sys\n"
         "from ksmith_core.cli import build\n"
