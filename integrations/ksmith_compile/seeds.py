@@ -106,13 +106,28 @@ class ModelNew(nn.Module):
 # weight tile is read once: at 64 rows, 16-row tiles read each weight four times and the o_proj seed ran at
 # 0.62x of torch.compile (§11f). Other shapes keep a small square tile the search moves from.
 DECODE_ROWS = 64
+# Where the rows fit one 16-row tile, the configurations (BLOCK_N, BLOCK_K, warps, stages) measured fastest as
+# seeds on the Llama decode step's harvested problems at 8 rows on an H200 (docs/benchmarks.md §11g): a single
+# projection (o_proj, down, each + residual) in K steps of 512 at 2 warps, 1.37x and 1.18x of torch.compile
+# where 128 at 4 warps gave 1.23x (evolved) and a check that failed; the q/k/v group 32 columns a program in
+# steps of 256 at 2 warps, 10.2 us against 13.0. A stage is then 32 KB of shared memory at most.
+ONE_TILE_CONFIGS = {"linear": (16, 512, 2, 5), "grouped": (32, 256, 2, 5)}
 
 
-def _tile(x: torch.Tensor, warps: int) -> dict[str, object]:
-    """The seed's ``BLOCK_M``, ``BLOCK_N``, ``BLOCK_K`` and launch options for activations ``x``."""
+def _tile(x: torch.Tensor, warps: int, kind: str | None = None) -> dict[str, object]:
+    """The seed's ``BLOCK_M``, ``BLOCK_N``, ``BLOCK_K`` and launch options for activations ``x``; ``kind`` (a
+    key of ONE_TILE_CONFIGS) picks a measured configuration where the rows fit one 16-row tile."""
     rows, k = x.numel() // max(x.shape[-1], 1), x.shape[-1]
     if rows <= DECODE_ROWS and x.dtype in (torch.float16, torch.bfloat16):
         block_m = max(16, 1 << max(0, rows - 1).bit_length())
+        if block_m == 16 and kind in ONE_TILE_CONFIGS:
+            block_n, block_k, tile_warps, stages = ONE_TILE_CONFIGS[kind]
+            return {
+                "block_m": 16,
+                "block_n": block_n,
+                "block_k": min(block_k, max(32, 1 << (k - 1).bit_length())),
+                "options": f" num_warps={tile_warps}, num_stages={stages},",
+            }
         block_k = min(128, max(32, 1 << (k - 1).bit_length()))
         stages = 5 if block_m <= 32 else 4  # a stage holds a [BLOCK_M, BLOCK_K] tile of the rows too
         return {
@@ -165,7 +180,7 @@ def _linear_seed(
     elif len(activations) != 1:
         return None
     return _LINEAR_SEED.format(
-        **_tile(x, warps=4),
+        **_tile(x, warps=4, kind="linear"),
         what=what,
         init=init_expr(w),
         args="in0, in1" if epilogue else "in0",
@@ -297,6 +312,8 @@ def _grouped_linear_kernel(
         w_ptr, o_ptr, N = w1_ptr, o1_ptr, N1
     if which == 2:
         w_ptr, o_ptr, N = w2_ptr, o2_ptr, N2
+    if pid_n * BLOCK_N >= N:  # the grid spans the widest projection: past a narrower one's columns, no work
+        return
     rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
@@ -350,7 +367,7 @@ def _grouped_seed(
         return None
     names = {w: f"p{i}" for i, w in enumerate(weights)}
     return _GROUPED_SEED.format(
-        **_tile(x, warps=4),
+        **_tile(x, warps=4, kind="grouped"),
         count=len(nodes),
         params="\n".join(
             f"        self.p{i} = nn.Parameter({init_expr(value_of(w))})" for i, w in enumerate(weights)
@@ -369,18 +386,18 @@ def _grouped_seed(
 # pipelining does not reach: on an H100 each of its steps cost about 1 us (docs/benchmarks.md section 11e),
 # so it reads the rows in steps of its own, BLOCK_KS wide. Wider is not better: a [16, 1024] step holds 128
 # fp32 values a thread at 4 warps, and the seed fell from 0.89x to 0.64x of torch.compile (section 11f);
-# 256 was the fastest step measured.
+# 256 was the fastest step measured. The steps are unrolled (K is a constexpr: a seed is for one width) and
+# store nothing -- the residual sum is written in the GEMM's loop, which reads it anyway -- so that all of the
+# pass's loads can be in flight at once instead of one after another.
 STATISTICS_BLOCK = 256  # the first pass's step: [16, 256] 16-bit values, 8 KB (16 with a residual)
 _NORM_STATISTICS = """\
     sq = tl.zeros((BLOCK_M,), dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_KS):
+    for k0 in tl.static_range(0, K, BLOCK_KS):
         rks = k0 + tl.arange(0, BLOCK_KS)
         xs_mask = (rm[:, None] < M) & (rks[None, :] < K)
         xs = tl.load(x_ptr + rm[:, None] * K + rks[None, :], mask=xs_mask, other=0.0)
         if RESIDUAL:
             xs = xs + tl.load(r_ptr + rm[:, None] * K + rks[None, :], mask=xs_mask, other=0.0)
-            if writes_sum:
-                tl.store(h_ptr + rm[:, None] * K + rks[None, :], xs, mask=xs_mask)
         xf = xs.to(tl.float32)
         sq += tl.sum(xf * xf, axis=1)
     rstd = tl.rsqrt(sq / K + eps)"""
@@ -389,6 +406,8 @@ _NORMED_ROWS = """\
         x = tl.load(x_ptr + rm[:, None] * K + rk[None, :], mask=x_mask, other=0.0)
         if RESIDUAL:
             x = x + tl.load(r_ptr + rm[:, None] * K + rk[None, :], mask=x_mask, other=0.0)
+            if writes_sum:
+                tl.store(h_ptr + rm[:, None] * K + rk[None, :], x, mask=x_mask)
         g = tl.load(g_ptr + rk, mask=rk < K, other=0.0)
         x = g[None, :] * (x.to(tl.float32) * rstd[:, None]).to(x_ptr.dtype.element_ty)"""
 
@@ -404,7 +423,7 @@ import triton.language as tl
 
 @triton.jit
 def _normed_grouped_kernel(
-    x_ptr, r_ptr, h_ptr, g_ptr, w0_ptr, w1_ptr, w2_ptr, o0_ptr, o1_ptr, o2_ptr, N0, N1, N2, M, K, eps,
+    x_ptr, r_ptr, h_ptr, g_ptr, w0_ptr, w1_ptr, w2_ptr, o0_ptr, o1_ptr, o2_ptr, N0, N1, N2, M, K: tl.constexpr, eps,
     RESIDUAL: tl.constexpr, IEEE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_KS: tl.constexpr,
 ):
@@ -416,6 +435,8 @@ def _normed_grouped_kernel(
         w_ptr, o_ptr, N = w1_ptr, o1_ptr, N1
     if which == 2:
         w_ptr, o_ptr, N = w2_ptr, o2_ptr, N2
+    if pid_n * BLOCK_N >= N:  # the grid spans the widest projection: past a narrower one's columns, no work
+        return  # (never a program that writes the residual sum: projection 0 has columns)
     rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     writes_sum = (pid_n == 0) & (which == 0)  # one program of each row block writes the residual sum
@@ -472,7 +493,7 @@ import triton.language as tl
 
 @triton.jit
 def _normed_gate_up_kernel(
-    x_ptr, r_ptr, h_ptr, g_ptr, wg_ptr, wu_ptr, out_ptr, M, N, K, eps,
+    x_ptr, r_ptr, h_ptr, g_ptr, wg_ptr, wu_ptr, out_ptr, M, N, K: tl.constexpr, eps,
     RESIDUAL: tl.constexpr, IEEE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_KS: tl.constexpr,
 ):

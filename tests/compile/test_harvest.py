@@ -118,8 +118,9 @@ def test_projections_of_one_input_are_one_problem_with_a_one_kernel_seed(tmp_pat
 @pytest.mark.parametrize("rows, block_m, stages", [(6, 16, 5), (40, 64, 4)])
 def test_decode_shaped_half_precision_groups_get_the_skinny_tile(tmp_path, rows, block_m, stages):
     """At a few rows of fp16/bf16 the seeds take 16 columns a program and long K steps (many programs streaming
-    the weight, as §11c measured best), and one program covers every row, so each weight tile is read once;
-    they still compute the model's result. fp32 keeps the square tile."""
+    the weight, as §11c measured best; at one 16-row tile, the group of projections 32 and both at 2 warps,
+    §11g), and one program covers every row, so each weight tile is read once; they still compute the model's
+    result. fp32 keeps the square tile."""
     model = tmp_path / "gate_up_mlp_half.py"
     model.write_text(
         (DATA / "gate_up_mlp.py").read_text().replace("batch_size = 6", f"batch_size = {rows}")
@@ -144,11 +145,16 @@ def get_inputs():
     assert len(groups) == 2
     singles = [p for p in problems if p["kind"] == "matmul" and p.get("seed")]
     assert singles
+    one_tile = block_m == 16  # the configurations measured at one 16-row tile (ONE_TILE_CONFIGS)
     for single in singles:
-        assert f"BLOCK_M={block_m}, BLOCK_N=16," in (out / single["seed"]).read_text()
+        seed = (out / single["seed"]).read_text()
+        assert f"BLOCK_M={block_m}, BLOCK_N=16," in seed and f"num_warps={2 if one_tile else 4}," in seed, (
+            seed
+        )
     for group in groups:
         seed = (out / group["seed"]).read_text()
-        assert f"BLOCK_M={block_m}, BLOCK_N=16, BLOCK_K=64," in seed, seed
+        block_n = 32 if one_tile and "_grouped_linear_kernel" in seed else 16
+        assert f"BLOCK_M={block_m}, BLOCK_N={block_n}, BLOCK_K=64," in seed, seed
         assert f"num_stages={stages}" in seed and f"triton.cdiv(M, {block_m})" in seed, seed
         proc = ksmith("eval", out / group["file"], out / group["seed"], "--device", "cpu", "--json")
         assert proc.returncode == 0, proc.stderr
