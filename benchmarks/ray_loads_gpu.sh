@@ -8,7 +8,8 @@
 #      bring: `idle`, 32 processes holding a context and a block on GPU 1 (as many as one GPU's 16 spares,
 #      8 workers and reference processes); `alloc8`, allocations, frees and
 #      IPC handles from 8 processes there; `kernels`, 2 processes keeping GPU 1 busy with copies; and
-#      `slots16`, `ray1` with 16 evaluations in flight and no load (the in-flight count of `ray2` on one GPU);
+#      `slots16`, `ray1` with 16 evaluations in flight and no load (the in-flight count of `ray2` on one GPU),
+#      `slots8` its baseline (both run on a one-GPU machine);
 #   4. (`eager`, not in the default) the same with CUDA_MODULE_LOADING=EAGER, which every process inherits:
 #      each kernel loaded when a worker makes its context, ahead of its job, instead of on its first launch
 #      inside a hold, at the price of a slower, larger context.
@@ -41,10 +42,11 @@ for step in ${*:-contexts alloc scaling}; do
     alloc8) one_gpu_with_load ray1_alloc8_gpu1 alloc --procs 8 ;;
     idle) one_gpu_with_load ray1_idle_gpu1 idle --procs 32 ;;
     kernels) one_gpu_with_load ray1_kernels_gpu1 kernels --procs 2 ;;
-    slots16)
-      if [ -f "$dir/ray1_slots16.json" ]; then echo "slots16: done before"; else
-        python benchmarks/ray_scaling.py --out "$dir/ray1_slots16.json" --slots 16 --configs ray1 > "$dir/ray1_slots16.log" 2>&1
-        grep -o "ray1: [0-9.]*/min\|trial steps ms {[^}]*}" "$dir/ray1_slots16.log"; tail -3 "$dir/ray1_slots16.log"
+    slots8|slots16)  # one GPU, no load, 8 or 16 evaluations in flight (needs no second GPU)
+      local_slots=${step#slots}
+      if [ -f "$dir/ray1_$step.json" ]; then echo "$step: done before"; else
+        python benchmarks/ray_scaling.py --out "$dir/ray1_$step.json" --slots "$local_slots" --configs ray1 > "$dir/ray1_$step.log" 2>&1
+        grep -o "ray1: [0-9.]*/min\|trial steps ms {[^}]*}" "$dir/ray1_$step.log"; tail -3 "$dir/ray1_$step.log"
       fi ;;
     scaling)
       if [ -f "$dir/scaling.json" ]; then echo "scaling: done before"; else
@@ -57,6 +59,6 @@ for step in ${*:-contexts alloc scaling}; do
           --configs ray1 ray2 > "$dir/scaling_eager.log" 2>&1
         grep -o "ray[12]: [0-9.]*/min\|trial steps ms {[^}]*}" "$dir/scaling_eager.log"; tail -4 "$dir/scaling_eager.log"
       fi ;;
-    *) echo "unknown step: $step (contexts, alloc, alloc8, idle, kernels, slots16, scaling, eager)"; exit 2 ;;
+    *) echo "unknown step: $step (contexts, alloc, alloc8, idle, kernels, slots8, slots16, scaling, eager)"; exit 2 ;;
   esac
 done
