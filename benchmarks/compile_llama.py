@@ -151,6 +151,8 @@ def build_library(
                         (benched / name).write_text((problems / name).read_text())
         if not any(benched.glob("*.py")):
             raise SystemExit(f"no harvested problem's name holds any of {only}")
+        # The bench evolves the problems largest share of the model's time first (harvest's time shares).
+        (benched / "harvest.json").write_text((problems / "harvest.json").read_text())
     proc = ksmith(
         "bench", benched, "--evolve", "--seed-from", "inductor", "--budget", budget,
         "--parallel", parallel, "--device", device, "-o", bench_out, "--json", timeout=bench_seconds,

@@ -48,13 +48,17 @@ class BenchItem:
     candidate_path: Path | None
 
 
+HARVEST_SUMMARY = "harvest.json"  # what ``ksmith harvest`` writes beside its problems (docs/compile.md)
+
+
 def collect_problems(paths: Iterable[Path]) -> list[Path]:
-    """Problem files from files and directories (recursively, see :func:`ksmith_core.loading.problem_files`)."""
+    """Problem files from files and directories (recursively, see :func:`ksmith_core.loading.problem_files`).
+    A directory ``ksmith harvest`` wrote comes largest share of the model's time first (:func:`by_time_share`)."""
     found: list[Path] = []
     for path in paths:
         path = Path(path)
         if path.is_dir():
-            found.extend(problem_files(path))
+            found.extend(by_time_share(path, problem_files(path)))
         elif path.is_file():
             found.append(path)
         else:
@@ -62,6 +66,18 @@ def collect_problems(paths: Iterable[Path]) -> list[Path]:
     if not found:
         raise ProblemError("no problem files found in " + ", ".join(str(p) for p in paths))
     return found
+
+
+def by_time_share(directory: Path, files: list[Path]) -> list[Path]:
+    """``files`` with those ``directory/harvest.json`` gives a ``time_share`` first, largest first (ties and the
+    rest in name order): evolutions run one problem at a time, so a bench cut short by its time limit has spent
+    it where the model's time is. A directory without a readable summary keeps name order."""
+    try:
+        entries = json.loads((directory / HARVEST_SUMMARY).read_text(encoding="utf-8"))["problems"]
+        shares = {str(e["file"]): float(e["time_share"]) for e in entries if e.get("time_share") is not None}
+    except (OSError, ValueError, KeyError, TypeError):
+        return files
+    return sorted(files, key=lambda f: -shares.get(str(f.relative_to(directory)), -1.0))
 
 
 def candidate_for(problem: Problem, candidates_dir: Path | None) -> Path | None:

@@ -95,6 +95,8 @@ def bench(
 ):
     """Evaluate (or --evolve) every problem in PATHS (files or directories, KernelBench levels included).
 
+    A directory `ksmith harvest` wrote goes largest share of the model's time first.
+
     Reports per problem status, speedup vs eager and torch.compile and roofline fraction, then correct rate,
     fast_0 / fast_1 against both references, and mean and geometric-mean speedups. A problem that cannot be
     loaded, set up or seeded gets a row saying why, and the bench goes on.

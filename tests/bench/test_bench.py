@@ -117,6 +117,22 @@ def test_bench_evaluates_every_problem_and_resumes(toy_plugin, tmp_path):
     assert saved["summary"]["problems"] == 3
 
 
+def test_a_harvested_folder_is_benched_largest_share_of_the_model_first(toy_plugin, tmp_path):
+    """Evolutions run one problem at a time: with harvest's time shares, the bench starts where the model's time
+    is, the unmeasured last, in name order among equals; a folder whose summary is unreadable keeps name order."""
+    suite = make_suite(tmp_path / "harvested", {"a_norm": 1.0, "b_down": 1.0, "c_qkv": 1.0, "d_rope": 1.0})
+    shares = {"a_norm.py": 0.02, "b_down.py": 0.17, "c_qkv.py": 0.26, "d_rope.py": None}
+    (suite / "harvest.json").write_text(
+        json.dumps({"problems": [{"file": f, "time_share": t} for f, t in shares.items()]})
+    )
+    assert [p.name for p in collect_problems([suite])] == ["c_qkv.py", "b_down.py", "a_norm.py", "d_rope.py"]
+    rows = Bench(tmp_path / "out", RunConfig(), evolve=False).run(collect_problems([suite]))["rows"]
+    assert [r["problem"] for r in rows] == ["c_qkv", "b_down", "a_norm", "d_rope"]
+
+    (suite / "harvest.json").write_text("{not json")
+    assert [p.name for p in collect_problems([suite])] == ["a_norm.py", "b_down.py", "c_qkv.py", "d_rope.py"]
+
+
 def test_a_row_says_when_its_verdict_was_judged_again_alone_after_running_out_of_memory(tmp_path):
     from ksmith_bench.bench import _row
     from ksmith_core.loading import load_problem
