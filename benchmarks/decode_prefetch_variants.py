@@ -21,7 +21,8 @@ torch's eager kernels, so the window between GEMMs is a little longer than Induc
 
 Prints, per variant, the chain's median replay time per round and its ratio to the baseline, and checks that
 every variant's final hidden state equals the baseline's bit for bit (a prefetch changes no result).
-Exploration, not a ksmith result: numbers it prints go into docs only with this command named.
+Exploration, not a ksmith result: numbers it prints go into docs only with this command named. Measured on an
+H200 (docs/benchmarks.md §11g): every prefetch variant made the chain slower, so the backend has none.
 """
 
 from __future__ import annotations
