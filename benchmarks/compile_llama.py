@@ -26,6 +26,7 @@ candidate is judged incorrect; fp16 and fp32 are right.)
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -245,7 +246,14 @@ VARIANTS = [
 
 
 def measure(
-    model_file: Path, library: Path, device: str, warmup: int, reps: int, rounds: int = 3, calls: int = 20
+    model_file: Path,
+    library: Path,
+    device: str,
+    warmup: int,
+    reps: int,
+    rounds: int = 3,
+    calls: int = 20,
+    pdl: bool = False,
 ) -> dict:
     """Eager and the four compiled variants, timed in ``rounds`` interleaved rounds (each variant on its own
     copy of the model, so all stay compiled): per variant the median over rounds and the rounds' spread."""
@@ -268,11 +276,13 @@ def measure(
     with torch.no_grad():
         want = model(*inputs)
         torch._dynamo.reset()
-        for backend, mode in VARIANTS:
+        for backend, mode in VARIANTS + (PDL_VARIANTS if pdl else []):
             key = f"{backend}_{mode}"
-            with ksmith_compile.Recorder() as recorder:
-                fns[key] = torch.compile(copy.deepcopy(model), backend=backend, mode=mode)
-                got = fns[key](*inputs)
+            with ksmith_compile.Recorder() as recorder, _pdl(backend, mode):
+                fns[key] = torch.compile(
+                    copy.deepcopy(model), backend=backend, mode=mode.removesuffix("+pdl")
+                )
+                got = fns[key](*inputs)  # compiles (the backend reads KSMITH_PDL, Inductor its config, now)
             results[f"{key}_max_abs_diff"] = (got.float() - want.float()).abs().max().item()
             if backend == "kernelsmith" and mode == "default":
                 results["regions"] = [r.to_dict() for r in recorder.regions]
@@ -286,10 +296,10 @@ def measure(
         results[f"{key}_spread"] = (max(times) - min(times)) / statistics.median(times)
     if device == "cuda":  # where each forward's GPU time goes, kernel by kernel
         with torch.no_grad():
-            for key in ("inductor_reduce-overhead", "kernelsmith_reduce-overhead"):
+            for key in [k for k in fns if "reduce-overhead" in k]:
                 found = kernel_profile(fns[key], inputs)
                 if found["kernel_ms"] < 0.2 * results[f"{key}_ms"]:  # the graph's kernels not seen one by one
-                    found = kernel_profile(fns[key.replace("reduce-overhead", "default")], inputs)
+                    found = kernel_profile(fns[key.split("_")[0] + "_default"], inputs)
                     found["profiled"] = "default mode (the same kernels, launched without CUDA graphs)"
                 results[f"{key}_kernels"] = found
                 print_kernel_profile(key, found, results[f"{key}_ms"])
@@ -298,6 +308,28 @@ def measure(
         1 for r in results["regions"] or () if r["swapped"] and "_inline" in r["reason"].split(" (")[0]
     )
     return results
+
+
+# With --pdl: both compilers again under CUDA graphs with programmatic dependent launch (the backend's ``pdl``
+# option, which also turns on Inductor's; Inductor's own ``triton.enable_pdl`` for inductor).
+PDL_VARIANTS = [("inductor", "reduce-overhead+pdl"), ("kernelsmith", "reduce-overhead+pdl")]
+
+
+@contextlib.contextmanager
+def _pdl(backend: str, mode: str):
+    if not mode.endswith("+pdl"):
+        yield
+    elif backend == "kernelsmith":
+        os.environ["KSMITH_PDL"] = "1"
+        try:
+            yield
+        finally:
+            del os.environ["KSMITH_PDL"]
+    else:
+        import torch
+
+        with torch._inductor.config.patch({"triton.enable_pdl": True}):
+            yield
 
 
 def main() -> None:
@@ -321,6 +353,10 @@ def main() -> None:
         "--only", nargs="+", default=None,
         help="evolve only the harvested problems whose name matches one of these regular expressions "
         "(e.g. _matmuls_ for the groups of projections)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--pdl", action="store_true",
+        help="also time both compilers under CUDA graphs with programmatic dependent launch (Hopper+)",
     )  # fmt: skip
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--reps", type=int, default=20, help="samples of --calls back-to-back forwards")
@@ -354,7 +390,9 @@ def main() -> None:
             library = build_library(
                 model_file, work, args.device, args.budget, args.parallel, args.bench_seconds, args.only
             )
-        result = measure(model_file, library, args.device, args.warmup, args.reps, args.rounds, args.calls)
+        result = measure(
+            model_file, library, args.device, args.warmup, args.reps, args.rounds, args.calls, args.pdl
+        )
         all_results["shapes"][shape] = result
         (args.out / "results.json").write_text(json.dumps(all_results, indent=2))
 
@@ -378,6 +416,13 @@ def main() -> None:
             f"| {d:.3f}x | {cell(r, 'inductor_reduce-overhead')} | {cell(r, 'kernelsmith_reduce-overhead')} "
             f"| {ro:.3f}x | {r['swapped']} ({r.get('inlined', 0)}) |"
         )
+        if "kernelsmith_reduce-overhead+pdl_ms" in r:
+            print(
+                f"  with PDL: inductor RO {cell(r, 'inductor_reduce-overhead+pdl')}, kernelsmith RO "
+                f"{cell(r, 'kernelsmith_reduce-overhead+pdl')}; kernelsmith RO + PDL over inductor RO "
+                f"{r['inductor_reduce-overhead_ms'] / r['kernelsmith_reduce-overhead+pdl_ms']:.3f}x, over "
+                f"inductor RO + PDL {r['inductor_reduce-overhead+pdl_ms'] / r['kernelsmith_reduce-overhead+pdl_ms']:.3f}x"
+            )
 
 
 if __name__ == "__main__":

@@ -11,6 +11,10 @@
   neighbouring pointwise op (a residual add before a norm) [``KSMITH_SPLIT_FUSIONS=1``; default off: the evolved
   kernel was timed against that region alone, while in the model Inductor saves a launch and a pass over memory
   by fusing across the boundary, so such a swap can make the model slower even when the kernel is faster];
+- ``pdl``: where CUDA graphs replay the model (``mode="reduce-overhead"``) on a GPU of compute capability 9.0 or
+  later, launch the swapped kernels with programmatic dependent launch (each waits at its start for the kernel
+  before it, then lets the next one launch; :mod:`ksmith_compile.pdl`) as opaque custom ops, and Inductor's own
+  kernels with its ``triton.enable_pdl`` [``KSMITH_PDL=1``; default off; elsewhere ignored];
 - anything else is passed to Inductor as a config patch, as ``backend="inductor"`` takes it.
 
 Each entry's pattern (its reference ``Model.forward`` captured with Dynamo) is matched against the graph
@@ -33,10 +37,10 @@ from typing import Any
 
 import torch
 
-from .library import Entry, Library, load_library
+from .library import Entry, Library, load_library, pdl_supported
 
 log = logging.getLogger("ksmith_compile")
-OWN_OPTIONS = ("library", "log_swaps", "min_speedup", "split_fusions")
+OWN_OPTIONS = ("library", "log_swaps", "min_speedup", "split_fusions", "pdl")
 
 
 @dataclass(frozen=True)
@@ -96,7 +100,8 @@ def kernelsmith_backend(
 
     options = dict(options or {})
     explicit = "library" in options or bool(os.environ.get("KSMITH_LIBRARY"))
-    library = load_library(options.get("library"), explicit=explicit)
+    pdl = _pdl_wanted(options, mode)
+    library = load_library(options.get("library"), explicit=explicit, pdl=pdl)
     log_swaps = _truthy(options.get("log_swaps", os.environ.get("KSMITH_LOG_SWAPS", "")))
     if log_swaps:
         _log_swaps_handler()
@@ -119,7 +124,22 @@ def kernelsmith_backend(
         from torch._inductor import list_mode_options
 
         patches = {**list_mode_options(mode), **patches}
+    if pdl and hasattr(torch._inductor.config.triton, "enable_pdl"):
+        patches.setdefault("triton.enable_pdl", True)  # Inductor's kernels around the swapped ones take part
     return compile_fx(gm, example_inputs, config_patches=patches or None)
+
+
+def _pdl_wanted(options: dict[str, Any], mode: str | None) -> bool:
+    """The ``pdl`` option, where it applies: CUDA graphs replay the step (a mode with ``triton.cudagraphs``) on a
+    GPU of compute capability 9.0 or later. Without graphs a decode step is bound by the host, where PDL gains
+    nothing and the opaque custom ops it needs cost a Python call each."""
+    if not _truthy(options.get("pdl", os.environ.get("KSMITH_PDL", ""))):
+        return False
+    if not mode or mode == "default":
+        return False
+    from torch._inductor import list_mode_options
+
+    return bool(list_mode_options(mode).get("triton.cudagraphs")) and pdl_supported()
 
 
 def swap_regions(

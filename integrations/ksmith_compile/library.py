@@ -36,6 +36,7 @@ import json
 import os
 import re
 import sys
+import tempfile
 import threading
 import warnings
 from collections.abc import Iterable, Sequence
@@ -44,6 +45,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+from .pdl import with_pdl
 
 DEFAULT_LIBRARY = "ksmith-library"
 ENV_LIBRARY = "KSMITH_LIBRARY"
@@ -152,20 +155,21 @@ def library_dirs(option: Any = None) -> list[Path]:
     return [Path(p).expanduser() for p in parts if str(p)]
 
 
-def load_library(directories: Any = None, *, explicit: bool = True) -> Library:
+def load_library(directories: Any = None, *, explicit: bool = True, pdl: bool = False) -> Library:
     """Load (once per directory state) the entries of one or several library directories.
 
     A missing or unreadable directory is one warning when it was asked for (``explicit``); the default
-    location may simply not exist.
+    location may simply not exist. ``pdl``: entries on a CUDA device of compute capability 9.0 or later are
+    loaded with their kernels launched with programmatic dependent launch (:mod:`.pdl`), as opaque custom ops.
     """
     dirs = tuple(library_dirs(directories))
-    key = tuple((str(d.resolve()), _dir_state(d)) for d in dirs)
+    key = (pdl, *((str(d.resolve()), _dir_state(d)) for d in dirs))
     with _LOCK:
         if key in _CACHE:
             return _CACHE[key]
         library = Library(dirs)
         for directory in dirs:
-            _load_directory(library, directory, explicit)
+            _load_directory(library, directory, explicit, pdl)
         library.entries.sort(key=lambda e: e.claim_order)
         _CACHE[key] = library
         return library
@@ -187,7 +191,7 @@ def _warn(message: str) -> None:
     warnings.warn(message, LibraryWarning, stacklevel=4)
 
 
-def _load_directory(library: Library, directory: Path, explicit: bool) -> None:
+def _load_directory(library: Library, directory: Path, explicit: bool, pdl: bool = False) -> None:
     try:
         subdirs = sorted(p for p in directory.iterdir() if (p / "entry.json").is_file())
     except OSError as exc:
@@ -199,7 +203,7 @@ def _load_directory(library: Library, directory: Path, explicit: bool) -> None:
     for sub in subdirs:
         try:
             with _own_rng():  # loading seeds torch's generators; the user's random stream must not move
-                entry = load_entry(sub)
+                entry = load_entry(sub, pdl=pdl)
         except EntryUnavailable as exc:  # fine here, just not usable on this machine
             library.skipped[sub.name] = str(exc)
         except Exception as exc:  # noqa: BLE001 - any failure of an entry leaves that entry out, never the model
@@ -239,8 +243,13 @@ def _import_file(path: Path, module_name: str, sizes: dict[str, Any] | None = No
     return module
 
 
-def load_entry(directory: Path) -> Entry:
-    """Load and check one entry directory (raises EntryError / EntryUnavailable)."""
+def pdl_supported() -> bool:
+    """Programmatic dependent launch needs compute capability 9.0 (Hopper) or later."""
+    return torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 9
+
+
+def load_entry(directory: Path, *, pdl: bool = False) -> Entry:
+    """Load and check one entry directory (raises EntryError / EntryUnavailable); ``pdl``: see load_library."""
     name = directory.name
     try:
         meta = json.loads((directory / "entry.json").read_text(encoding="utf-8"))
@@ -261,12 +270,22 @@ def load_entry(directory: Path) -> Entry:
     if device_type == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
         raise EntryUnavailable("verified on the CPU (Triton interpreter); TRITON_INTERPRET=1 is not set")
     sizes = meta.get("sizes") or {}
+    kernel_file = directory / "kernel.py"
+    pdl_source = with_pdl(kernel_source) if pdl and device_type == "cuda" and pdl_supported() else None
+    if pdl_source is not None:
+        kernel_source = pdl_source
     digest = hashlib.sha256(
         "\0".join([kernel_source, problem_source, json.dumps(sizes, sort_keys=True)]).encode()
     ).hexdigest()[:12]
     slug = re.sub(r"\W", "_", name)
+    if (
+        pdl_source is not None
+    ):  # Triton reads kernels' source from their file: the rewrite needs one of its own
+        kernel_file = Path(tempfile.gettempdir()) / "ksmith-pdl" / f"{slug}_{digest}_kernel.py"
+        kernel_file.parent.mkdir(parents=True, exist_ok=True)
+        kernel_file.write_text(pdl_source, encoding="utf-8")
     problem = _import_file(problem_file, f"ksmith_library_{slug}_{digest}_problem", sizes)
-    kernel_module = _import_file(directory / "kernel.py", f"ksmith_library_{slug}_{digest}_kernel")
+    kernel_module = _import_file(kernel_file, f"ksmith_library_{slug}_{digest}_kernel")
     for module, wanted in (
         (problem, ("Model", "get_inputs", "get_init_inputs")),
         (kernel_module, ("ModelNew",)),
@@ -312,7 +331,10 @@ def load_entry(directory: Path) -> Entry:
     entry.outputs = len(pattern_outputs(pattern))
     entry.op = _register_op(entry, f"{slug}_{digest}")
     _check(entry, problem_file, name)
-    _inline(entry, f"{slug}_{digest}_inline")
+    if pdl_source is not None:
+        entry.inline_reason = "launched with PDL (Inductor launches the kernels it inlines without it)"
+    else:
+        _inline(entry, f"{slug}_{digest}_inline")
     return entry
 
 

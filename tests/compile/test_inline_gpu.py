@@ -3,6 +3,7 @@ the evolved kernel is launched from there, with no Python custom-op call around 
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -145,3 +146,32 @@ def _compiled(model_and_inputs, library):
             )
             got = compiled(*inputs)
     return got, want, recorder
+
+
+def test_under_cuda_graphs_pdl_launches_the_swapped_kernels_and_changes_no_result(cuda_library, monkeypatch):
+    """``KSMITH_PDL=1`` with ``mode="reduce-overhead"`` on Hopper+: the entry is rewritten (wait first, then let
+    the next kernel launch; launched with PDL), swapped as its custom op, and the outputs are eager's."""
+    from ksmith_compile.library import pdl_supported
+
+    if not pdl_supported():
+        pytest.skip("programmatic dependent launch needs compute capability 9.0+")
+    library = load_library(cuda_library, pdl=True)
+    assert library.entries and all(e.inline_reason.startswith("launched with PDL") for e in library.entries)
+    module = sys.modules[type(library.entries[0].kernel).__module__]
+    assert "gdc_wait" in Path(module.__file__).read_text()
+    model, inputs = tiny_llama()
+    model, inputs = model.cuda(), [t.cuda() for t in inputs]
+    monkeypatch.setenv("KSMITH_LIBRARY", str(cuda_library))
+    monkeypatch.setenv("KSMITH_PDL", "1")
+    monkeypatch.setenv("KSMITH_MIN_SPEEDUP", "0")
+    monkeypatch.setenv("KSMITH_SPLIT_FUSIONS", "1")
+    with torch.no_grad():
+        want = model(*inputs)
+        torch._dynamo.reset()
+        with Recorder() as recorder:
+            compiled = torch.compile(model, backend="kernelsmith", mode="reduce-overhead")
+            for _ in range(3):  # warm-up, recording, replays
+                got = compiled(*inputs)
+        assert [r.swapped for r in recorder.regions if r.entry] == [True, True, True]
+        assert all("_inline" not in r.reason for r in recorder.regions if r.swapped)
+        torch.testing.assert_close(got.clone(), want, atol=1e-4, rtol=1e-4)
