@@ -108,7 +108,9 @@ def kernelsmith_backend(
     graph_index = max((r.graphs for r in Recorder.active), default=0)
     min_speedup = float(options.get("min_speedup", os.environ.get("KSMITH_MIN_SPEEDUP", 1.0)))
     split = _truthy(options.get("split_fusions", os.environ.get("KSMITH_SPLIT_FUSIONS", "")))
-    regions = swap_regions(gm, library, graph_index, min_speedup, split_fusions=split)
+    regions = swap_regions(
+        gm, library, graph_index, min_speedup, split_fusions=split, host_bound=not _cuda_graphs(mode)
+    )
     for recorder in Recorder.active:
         recorder.graphs += 1
         recorder.library = library
@@ -129,17 +131,22 @@ def kernelsmith_backend(
     return compile_fx(gm, example_inputs, config_patches=patches or None)
 
 
+def _cuda_graphs(mode: str | None) -> bool:
+    """Whether Inductor replays the compiled graph as CUDA graphs in this mode (``reduce-overhead``...)."""
+    if not mode or mode == "default":
+        return False
+    from torch._inductor import list_mode_options
+
+    return bool(list_mode_options(mode).get("triton.cudagraphs"))
+
+
 def _pdl_wanted(options: dict[str, Any], mode: str | None) -> bool:
     """The ``pdl`` option, where it applies: CUDA graphs replay the step (a mode with ``triton.cudagraphs``) on a
     GPU of compute capability 9.0 or later. Without graphs a decode step is bound by the host, where PDL gains
     nothing and the opaque custom ops it needs cost a Python call each."""
     if not _truthy(options.get("pdl", os.environ.get("KSMITH_PDL", ""))):
         return False
-    if not mode or mode == "default":
-        return False
-    from torch._inductor import list_mode_options
-
-    return bool(list_mode_options(mode).get("triton.cudagraphs")) and pdl_supported()
+    return _cuda_graphs(mode) and pdl_supported()
 
 
 def swap_regions(
@@ -149,13 +156,15 @@ def swap_regions(
     min_speedup: float = 1.0,
     *,
     split_fusions: bool = False,
+    host_bound: bool = False,
 ) -> list[Region]:
     """Replace, in place, every match of a library pattern whose guards hold; one Region per outcome.
 
     An entry measured on a GPU as slower than ``min_speedup`` times torch.compile on its own problem is not
     swapped; entries with no such measurement (the CPU interpreter's) are, being verified correct. Unless
     ``split_fusions``, neither is a match of a pointwise/reduction entry that cuts Inductor's fusion with a
-    pointwise neighbour (:func:`_splits_a_fusion`).
+    pointwise neighbour (:func:`_splits_a_fusion`). Where ``host_bound`` (no CUDA graphs), a GPU entry that could
+    not be inlined is swapped only if it saves more than its Python call costs (:func:`_host_cost`).
     """
     from torch.fx.passes.utils.matcher_utils import SubgraphMatcher
 
@@ -182,13 +191,13 @@ def swap_regions(
             if why_not is None and not split_fusions and _splits_a_fusion(entry, match, replaced):
                 deferred.append((entry, match))  # a neighbour may yet be swapped into a kernel of ours
                 continue
-            regions.append(_decide(gm, entry, match, replaced, why_not, graph_index, min_speedup))
+            regions.append(_decide(gm, entry, match, replaced, why_not, graph_index, min_speedup, host_bound))
             covered |= {n.name for n in match.returning_nodes}
     for entry, match in deferred:  # after every other swap: is the fusion still there to split?
         if any(getattr(match.nodes_map[n], "_erased", False) for n in _pattern_inner(entry)):
             continue  # another entry's swap took these nodes
         why_not = _why_not(entry, match, replaced) or _splits_a_fusion(entry, match, replaced)
-        regions.append(_decide(gm, entry, match, replaced, why_not, graph_index, min_speedup))
+        regions.append(_decide(gm, entry, match, replaced, why_not, graph_index, min_speedup, host_bound))
         covered |= {n.name for n in match.returning_nodes}
     for kind, nodes in model_regions:
         if nodes[-1].name not in covered:
@@ -227,16 +236,40 @@ def _decide(
     why_not: str | None,
     graph_index: int,
     min_speedup: float,
+    host_bound: bool = False,
 ) -> Region:
-    """Swap the match unless there is a reason not to (``why_not``, or the entry's measured speedup)."""
+    """Swap the match unless there is a reason not to (``why_not``, the entry's measured speedup, or the host
+    time of an opaque call where nothing hides it)."""
     region = f"{entry.name}@{match.returning_nodes[0].name}" if match.returning_nodes else entry.name
     if why_not is None and entry.speedup_vs_compile is not None and entry.speedup_vs_compile < min_speedup:
         why_not = f"{entry.speedup_vs_compile:.3g}x vs torch.compile on its problem (< {min_speedup:g})"
+    if why_not is None and host_bound:
+        why_not = _host_cost(entry)
     if why_not is not None:
         return Region(region, entry.name, False, why_not, graph_index)
     _replace(gm, entry, match, replaced)
     how = f" ({entry.inline_reason})" if entry.device_type == "cuda" and entry.inline_reason else ""
     return Region(region, entry.name, True, f"swapped for {entry.op.name()}{how}", graph_index)
+
+
+# What an opaque custom op costs the host per call in a compiled model without CUDA graphs: 17 of them took a
+# decode step from 1.98 to 3.73 ms on an H100 (docs/benchmarks.md §11), about 0.1 ms each.
+OPAQUE_CALL_MS = 0.1
+
+
+def _host_cost(entry: Entry) -> str | None:
+    """Why a GPU entry swapped as an opaque custom op (not inlined into Inductor's code) would make a model that
+    runs without CUDA graphs slower: its Python call costs more than the kernel saves (None: swap it). CPU
+    entries are never inlined and are swapped as they are."""
+    if entry.device_type != "cuda" or not entry.inline_reason:
+        return None
+    if entry.saving_ms is not None and entry.saving_ms > OPAQUE_CALL_MS:
+        return None
+    saved = f"{entry.saving_ms * 1e3:.1f} us" if entry.saving_ms is not None else "an unmeasured time"
+    return (
+        f"it would run as an opaque custom op ({entry.inline_reason.split(';')[0]}); without CUDA graphs its "
+        f"Python call (about {OPAQUE_CALL_MS:g} ms) costs more than the {saved} it saves"
+    )
 
 
 def _pattern_inner(entry: Entry) -> list[torch.fx.Node]:

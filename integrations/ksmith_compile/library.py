@@ -528,6 +528,21 @@ _STATIC_CHECKS = ("test_schema", "test_autograd_registration", "test_faketensor"
 _OUTPUTS_DIFFER = "Outputs of the operator are different in eager-mode PyTorch vs AOTDispatcher tracing"
 
 
+def inline_check_failure(static: dict[str, Any], dynamic: dict[str, Any]) -> str | None:
+    """What keeps an entry's ``triton_op`` from being inlined, from ``opcheck``'s reports (test -> "SUCCESS" or
+    the exception), or None. Every static-shape test must pass. Traced with dynamic shapes, the guards send the
+    op to the reference, by design (the kernel was verified at its exact shapes only), so its outputs there may
+    differ from the kernel's by rounding -- ``_check`` held those to the problem's tolerance; any other failure
+    of that trace counts."""
+    for name, value in static.items():
+        if value != "SUCCESS":
+            return f"opcheck {name}: {str(value)[:200]}"
+    for name, value in dynamic.items():
+        if value != "SUCCESS" and _OUTPUTS_DIFFER not in str(value):
+            return f"opcheck {name}: {str(value)[:200]}"
+    return None
+
+
 def _inline(entry: Entry, op_name: str) -> None:
     """Swap the entry in as a ``triton_op`` where Inductor can compile user Triton kernels (GPUs), when it passes
     ``opcheck`` (which traces it as Inductor will); else it stays the checked custom op, with the reason."""
@@ -537,17 +552,14 @@ def _inline(entry: Entry, op_name: str) -> None:
     try:
         op = _register_inline_op(entry, op_name)
         args = _check_inputs(entry)
-        report = torch.library.opcheck(op, tuple(args), test_utils=_STATIC_CHECKS)
-        failed = [k for k, v in report.items() if v != "SUCCESS"]
-        if failed:
-            raise EntryError(f"opcheck {failed[0]}: {str(report[failed[0]])[:200]}")
-        # Traced with dynamic shapes, the guards send the op to the reference, by design (the kernel was verified
-        # at its exact shapes only), so its outputs there may differ from the kernel's by rounding: _check held
-        # them to the problem's tolerance. Any other failure of that trace keeps the custom op.
-        dynamic = torch.library.opcheck(op, tuple(args), test_utils="test_aot_dispatch_dynamic")
-        problem = dynamic.get("test_aot_dispatch_dynamic", "SUCCESS")
-        if problem != "SUCCESS" and _OUTPUTS_DIFFER not in str(problem):
-            raise EntryError(f"opcheck test_aot_dispatch_dynamic: {str(problem)[:200]}")
+        # opcheck raises at its first failure unless told not to: both calls return their reports.
+        static = torch.library.opcheck(op, tuple(args), test_utils=_STATIC_CHECKS, raise_exception=False)
+        dynamic = torch.library.opcheck(
+            op, tuple(args), test_utils="test_aot_dispatch_dynamic", raise_exception=False
+        )
+        failure = inline_check_failure(static, dynamic)
+        if failure:
+            raise EntryError(failure)
     except Exception as exc:  # noqa: BLE001 - any failure keeps the custom op, which passed its checks
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
         entry.inline_reason = f"not inlined ({first}); swapped as an opaque custom op"

@@ -99,3 +99,52 @@ def test_the_rms_norm_seeds_read_is_llamas_form_exactly():
     source, weight, eps = found["llama"]
     assert (source.name, weight.name, eps) == ("l_x_", "l_w_", 1e-5)
     assert found["squares_the_input"] is None and found["no_weight"] is None
+
+
+def test_without_cuda_graphs_an_opaque_gpu_entry_is_swapped_only_where_it_saves_more_than_its_call():
+    """In the default mode a decode step is bound by the host: a GPU entry Inductor could not inline runs as a
+    custom op whose Python call (about 0.1 ms, docs/benchmarks.md §11) outweighs a few microseconds saved."""
+    from types import SimpleNamespace
+
+    from ksmith_compile.backend import OPAQUE_CALL_MS, _cuda_graphs, _host_cost
+
+    def entry(
+        device="cuda", inline_reason="not inlined (opcheck ...); swapped as an opaque custom op", saving=None
+    ):
+        return SimpleNamespace(device_type=device, inline_reason=inline_reason, saving_ms=saving)
+
+    assert "3.3 us" in _host_cost(entry(saving=0.0033))
+    assert "unmeasured" in _host_cost(entry(saving=None))
+    assert _host_cost(entry(saving=OPAQUE_CALL_MS * 5)) is None  # a long kernel: the call is worth it
+    assert _host_cost(entry(inline_reason="")) is None  # inlined: launched from Inductor's code
+    assert _host_cost(entry(device="cpu", inline_reason="the Triton interpreter ...")) is None
+    assert not _cuda_graphs(None) and not _cuda_graphs("default")
+    assert not _cuda_graphs("max-autotune-no-cudagraphs")
+    assert _cuda_graphs("reduce-overhead") and _cuda_graphs("max-autotune")
+
+
+def test_inlining_needs_every_static_check_and_a_dynamic_trace_that_does_not_fail():
+    """At dynamic shapes the guards send the op to the reference by design: outputs that differ from the
+    kernel's by rounding there do not keep a kernel out of Inductor's code; any other failure does."""
+    from ksmith_compile.library import _STATIC_CHECKS, inline_check_failure
+
+    @torch.library.custom_op("ksmith_test::twice", mutates_args=())
+    def twice(x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+    twice.register_fake(lambda x: torch.empty_like(x))
+    x = torch.randn(4, 3)
+    static = torch.library.opcheck(twice, (x,), test_utils=_STATIC_CHECKS, raise_exception=False)
+    dynamic = torch.library.opcheck(
+        twice, (x,), test_utils="test_aot_dispatch_dynamic", raise_exception=False
+    )
+    assert set(static) == set(_STATIC_CHECKS) and inline_check_failure(static, dynamic) is None
+    differ = AssertionError(
+        "Outputs of the operator are different in eager-mode PyTorch vs AOTDispatcher tracing. This means ..."
+    )
+    assert inline_check_failure(static, {"test_aot_dispatch_dynamic": differ}) is None
+    broken = RuntimeError("could not trace")
+    assert "could not trace" in inline_check_failure(static, {"test_aot_dispatch_dynamic": broken})
+    assert "test_aot_dispatch_static" in inline_check_failure(
+        {**static, "test_aot_dispatch_static": differ}, dynamic
+    )
