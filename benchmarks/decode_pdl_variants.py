@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import time
 
@@ -43,8 +42,16 @@ import torch
 import torch.nn.functional as F
 import triton
 import triton.language as tl
-from decode_gemm_variants import graph_ms  # the scripts beside this one
-from decode_prefetch_variants import CONFIGS, HEAD_DIM, HEADS, HIDDEN, INTER, KV_HEADS, Chain
+from decode_prefetch_variants import (  # the script beside this one
+    CONFIGS,
+    HEAD_DIM,
+    HEADS,
+    HIDDEN,
+    INTER,
+    KV_HEADS,
+    Chain,
+    time_variants,
+)
 
 
 @triton.jit
@@ -261,33 +268,7 @@ def main() -> int:
         "rows": args.rows,
         "variants": {},
     }
-    base_out = None
-    for label, variant in VARIANTS.items():
-        try:
-            rounds_ms = graph_ms([lambda variant=variant: chain.step(variant)], replays=40, rounds=5)
-            out = chain.h_out[-1].clone()
-        except Exception as exc:  # noqa: BLE001 - a variant that fails is reported, the others still run
-            report["variants"][label] = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
-            print(f"  {label:32} failed: {type(exc).__name__}: {str(exc)[:200]}", flush=True)
-            continue
-        if base_out is None:
-            base_out = out
-        same = bool(torch.equal(out, base_out)) if not variant.get("cublas") else None
-        report["variants"][label] = {"rounds_ms": rounds_ms, "same_as_baseline": same}
-        print(f"  {label:32} {' '.join(f'{v:.4f}' for v in rounds_ms)}  same output: {same}", flush=True)
-    both = report["variants"]["baseline"].get("rounds_ms", []) + report["variants"]["baseline again"].get(
-        "rounds_ms", []
-    )
-    base = statistics.median(both)
-    report["baseline_ms"], report["baseline_rounds"] = base, [min(both), max(both)]
-    print(
-        f"\nbaseline {base:.4f} ms (rounds {min(both):.4f}-{max(both):.4f}); per variant, median of rounds:"
-    )
-    for label, entry in report["variants"].items():
-        if "rounds_ms" in entry:
-            med = statistics.median(entry["rounds_ms"])
-            entry["ratio_vs_baseline"] = base / med
-            print(f"  {label:32} {med:.4f} ms  x{base / med:.3f}  same output: {entry['same_as_baseline']}")
+    report.update(time_variants(chain, VARIANTS, width=32))
     if args.out:
         with open(args.out, "w") as fh:
             json.dump(report, fh, indent=1)

@@ -242,6 +242,40 @@ def check() -> int:
     return 0 if ok else 1
 
 
+def time_variants(chain, variants: dict, width: int) -> dict:
+    """Each variant's chain (``chain.step(variant)``) as one CUDA graph: its median replay time per round, and
+    whether its final hidden state equals the first variant's bit for bit (None for cuBLAS variants, which
+    round otherwise); then each one's ratio to the median of the ``baseline`` and ``baseline again`` rounds."""
+    found: dict = {}
+    base_out = None
+    for label, variant in variants.items():
+        try:
+            rounds_ms = graph_ms([lambda variant=variant: chain.step(variant)], replays=40, rounds=5)
+            out = chain.h_out[-1].clone()  # the last replay's final hidden state (each replay synchronised)
+        except Exception as exc:  # noqa: BLE001 - a variant that fails is reported, the others still run
+            found[label] = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+            print(f"  {label:{width}} failed: {type(exc).__name__}: {str(exc)[:200]}", flush=True)
+            continue
+        if base_out is None:
+            base_out = out
+        same = bool(torch.equal(out, base_out)) if not variant.get("cublas") else None
+        found[label] = {"rounds_ms": rounds_ms, "same_as_baseline": same}
+        print(f"  {label:{width}} {' '.join(f'{v:.4f}' for v in rounds_ms)}  same output: {same}", flush=True)
+    both = found["baseline"].get("rounds_ms", []) + found["baseline again"].get("rounds_ms", [])
+    base = statistics.median(both)
+    print(
+        f"\nbaseline {base:.4f} ms (rounds {min(both):.4f}-{max(both):.4f}); per variant, median of rounds:"
+    )
+    for label, entry in found.items():
+        if "rounds_ms" in entry:
+            med = statistics.median(entry["rounds_ms"])
+            entry["ratio_vs_baseline"] = base / med
+            print(
+                f"  {label:{width}} {med:.4f} ms  x{base / med:.3f}  same output: {entry['same_as_baseline']}"
+            )
+    return {"variants": found, "baseline_ms": base, "baseline_rounds": [min(both), max(both)]}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, default=8)
@@ -263,33 +297,7 @@ def main() -> int:
         "variants": {},
     }
     print(f"{LAYERS} decoder layers, {args.rows} rows, {mb:.0f} MB of weights, one CUDA graph per variant")
-    base_out = None
-    for label, variant in VARIANTS.items():
-        try:
-            rounds_ms = graph_ms([lambda variant=variant: chain.step(variant)], replays=40, rounds=5)
-            out = chain.h_out[-1].clone()  # the last replay's final hidden state (each replay synchronised)
-        except Exception as exc:  # noqa: BLE001 - a variant that fails is reported, the others still run
-            report["variants"][label] = {"error": f"{type(exc).__name__}: {str(exc)[:200]}"}
-            print(f"  {label:52} failed: {type(exc).__name__}: {str(exc)[:120]}", flush=True)
-            continue
-        if base_out is None:
-            base_out = out
-        same = bool(torch.equal(out, base_out)) if not variant.get("cublas") else None
-        report["variants"][label] = {"rounds_ms": rounds_ms, "same_as_baseline": same}
-        print(f"  {label:52} {' '.join(f'{v:.4f}' for v in rounds_ms)}  same output: {same}", flush=True)
-    base = statistics.median(
-        report["variants"]["baseline"]["rounds_ms"] + report["variants"]["baseline again"]["rounds_ms"]
-    )
-    spread = max(
-        report["variants"]["baseline"]["rounds_ms"] + report["variants"]["baseline again"]["rounds_ms"]
-    )
-    report["baseline_ms"], report["baseline_max_ms"] = base, spread
-    print(f"\nbaseline {base:.4f} ms (slowest round {spread:.4f}); per variant, median of rounds:")
-    for label, entry in report["variants"].items():
-        if "rounds_ms" in entry:
-            med = statistics.median(entry["rounds_ms"])
-            entry["ratio_vs_baseline"] = base / med
-            print(f"  {label:52} {med:.4f} ms  x{base / med:.3f}")
+    report.update(time_variants(chain, VARIANTS, width=52))
     if args.out:
         with open(args.out, "w") as fh:
             json.dump(report, fh, indent=1)
