@@ -224,22 +224,42 @@ def sweep_shape(name, k, n, rows, dtype, grid):
     return result
 
 
-def main() -> int:
+def script_args(check: bool = False) -> argparse.Namespace:
+    """The decode exploration scripts' common options: ``--rows``, ``--out`` and, where the script has one,
+    ``--check`` (its kernels on the CPU under ``TRITON_INTERPRET=1``)."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, default=8)
     parser.add_argument("--out", default=None)
-    args = parser.parse_args()
-    torch.manual_seed(0)
-    dtype = torch.bfloat16
-    rows = args.rows
-    report = {
+    if check:
+        parser.add_argument(
+            "--check", action="store_true", help="the kernels on the CPU (TRITON_INTERPRET=1)"
+        )
+    return parser.parse_args()
+
+
+def report_header(rows: int) -> dict:
+    """What every report of these scripts starts with: the GPU, the versions, the date and the rows."""
+    return {
         "device": torch.cuda.get_device_name(),
         "torch": torch.__version__,
         "triton": triton.__version__,
         "date": time.strftime("%Y-%m-%d"),
         "rows": rows,
-        "shapes": {},
     }
+
+
+def write_report(report: dict, out: str | None) -> None:
+    if out:
+        with open(out, "w") as fh:
+            json.dump(report, fh, indent=1, default=str)
+
+
+def main() -> int:
+    args = script_args()
+    torch.manual_seed(0)
+    dtype = torch.bfloat16
+    rows = args.rows
+    report = {**report_header(rows), "shapes": {}}
     grid = list(itertools.product((16, 32, 64, 128), (128, 256, 512), (1, 2, 4, 8), (4,), (3, 4)))
     best = {}
     for name, (k, n) in SHAPES.items():
@@ -281,9 +301,7 @@ def main() -> int:
     print(
         f"  skinny vs cuBLAS: x{statistics.median(results['cublas'] + results['cublas again']) / statistics.median(results['skinny']):.3f}"
     )
-    if args.out:
-        with open(args.out, "w") as fh:
-            json.dump(report, fh, indent=1, default=str)
+    write_report(report, args.out)
     return 0
 
 

@@ -33,16 +33,14 @@ Exploration, not a ksmith result: numbers it prints go into docs only with this 
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
-import time
 
 import torch
 import torch.nn.functional as F
 import triton
 import triton.language as tl
-from decode_prefetch_variants import (  # the script beside this one
+from decode_gemm_variants import report_header, script_args, write_report  # the scripts beside this one
+from decode_prefetch_variants import (
     CONFIGS,
     HEAD_DIM,
     HEADS,
@@ -251,27 +249,12 @@ def check() -> int:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--rows", type=int, default=8)
-    parser.add_argument("--out", default=None)
-    parser.add_argument("--check", action="store_true", help="the kernels on the CPU (TRITON_INTERPRET=1)")
-    args = parser.parse_args()
+    args = script_args(check=True)
     if args.check:
         return check()
     torch.manual_seed(0)
     chain = PdlChain(args.rows, torch.bfloat16, "cuda")
-    report = {
-        "device": torch.cuda.get_device_name(),
-        "torch": torch.__version__,
-        "triton": triton.__version__,
-        "date": time.strftime("%Y-%m-%d"),
-        "rows": args.rows,
-        "variants": {},
-    }
-    report.update(time_variants(chain, VARIANTS, width=32))
-    if args.out:
-        with open(args.out, "w") as fh:
-            json.dump(report, fh, indent=1)
+    write_report({**report_header(args.rows), **time_variants(chain, VARIANTS, width=32)}, args.out)
     return 0
 
 

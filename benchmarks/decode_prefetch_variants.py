@@ -27,17 +27,19 @@ H200 (docs/benchmarks.md §11g): every prefetch variant made the chain slower, s
 
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
 import sys
-import time
 
 import torch
 import torch.nn.functional as F
 import triton
 import triton.language as tl
-from decode_gemm_variants import graph_ms  # the script beside this one
+from decode_gemm_variants import (  # the script beside this one
+    graph_ms,
+    report_header,
+    script_args,
+    write_report,
+)
 
 HIDDEN, INTER, HEADS, KV_HEADS, HEAD_DIM, LAYERS = 2048, 8192, 16, 4, 128, 4
 # §11f's best skinny configurations on the H200 (BLOCK_N, BLOCK_K, warps, stages), per weight [N, K].
@@ -277,30 +279,15 @@ def time_variants(chain, variants: dict, width: int) -> dict:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--rows", type=int, default=8)
-    parser.add_argument("--out", default=None)
-    parser.add_argument("--check", action="store_true", help="the kernels on the CPU (TRITON_INTERPRET=1)")
-    args = parser.parse_args()
+    args = script_args(check=True)
     if args.check:
         return check()
     torch.manual_seed(0)
     chain = Chain(args.rows, torch.bfloat16, "cuda")
     mb = sum(w.numel() * 2 for layer in chain.layers for key, w in layer.items() if w.dim() == 2) / 1e6
-    report = {
-        "device": torch.cuda.get_device_name(),
-        "torch": torch.__version__,
-        "triton": triton.__version__,
-        "date": time.strftime("%Y-%m-%d"),
-        "rows": args.rows,
-        "weights_mb": mb,
-        "variants": {},
-    }
     print(f"{LAYERS} decoder layers, {args.rows} rows, {mb:.0f} MB of weights, one CUDA graph per variant")
-    report.update(time_variants(chain, VARIANTS, width=52))
-    if args.out:
-        with open(args.out, "w") as fh:
-            json.dump(report, fh, indent=1)
+    report = {**report_header(args.rows), "weights_mb": mb, **time_variants(chain, VARIANTS, width=52)}
+    write_report(report, args.out)
     return 0
 
 

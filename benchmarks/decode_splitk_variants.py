@@ -27,17 +27,19 @@ Exploration, not a ksmith result: numbers it prints go into docs only with this 
 
 from __future__ import annotations
 
-import argparse
 import itertools
-import json
 import statistics
 import sys
-import time
 
 import torch
 import triton
 import triton.language as tl
-from decode_gemm_variants import graph_ms  # the script beside this one
+from decode_gemm_variants import (  # the script beside this one
+    graph_ms,
+    report_header,
+    script_args,
+    write_report,
+)
 
 SHAPES = {"down + residual": (8192, 2048), "o_proj + residual": (2048, 2048)}  # (K, N), weight stored [N, K]
 ROWS = 16  # one tl.dot row tile holds every decode row (up to 16)
@@ -264,25 +266,12 @@ def check() -> int:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--rows", type=int, default=8)
-    parser.add_argument("--out", default=None)
-    parser.add_argument("--check", action="store_true", help="the kernels on the CPU (TRITON_INTERPRET=1)")
-    args = parser.parse_args()
+    args = script_args(check=True)
     if args.check:
         return check()
     torch.manual_seed(0)
-    report = {
-        "device": torch.cuda.get_device_name(),
-        "torch": torch.__version__,
-        "triton": triton.__version__,
-        "date": time.strftime("%Y-%m-%d"),
-        "rows": args.rows,
-        "shapes": {name: sweep(name, k, n, args.rows, torch.bfloat16) for name, (k, n) in SHAPES.items()},
-    }
-    if args.out:
-        with open(args.out, "w") as fh:
-            json.dump(report, fh, indent=1, default=str)
+    shapes = {name: sweep(name, k, n, args.rows, torch.bfloat16) for name, (k, n) in SHAPES.items()}
+    write_report({**report_header(args.rows), "shapes": shapes}, args.out)
     return 0
 
 
