@@ -98,6 +98,87 @@ class ModelNew(nn.Module):
         )
         return out.reshape(*in0.shape[:-1], N)
 '''
+_SPLIT_LINEAR_SEED = '''"""Seed for a harvested {what} region at a decode shape, K long beside N: each column slice's K is split
+over SPLIT programs of one launch; the last of them to finish adds their partials in a fixed order (the same
+sum every call), rounds, applies the epilogue and stores (written by ksmith harvest)."""
+
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _split_linear_kernel(
+    x_ptr, w_ptr, r_ptr, out_ptr, part_ptr, arrived_ptr, M, N, K,
+    EPILOGUE: tl.constexpr, SPLIT: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+):
+    # EPILOGUE: 0 none, 1 (+ r), 2 (* r), 3 silu(.) * r; each step rounded to the output dtype as eager does.
+    pid_n = tl.program_id(0)
+    split = tl.program_id(1)
+    rm = tl.arange(0, BLOCK_M)  # every row in one tile
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    span = tl.cdiv(tl.cdiv(K, SPLIT), BLOCK_K) * BLOCK_K
+    k_end = tl.minimum(split * span + span, K)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(split * span, split * span + span, BLOCK_K):
+        rk = k0 + tl.arange(0, BLOCK_K)
+        x = tl.load(x_ptr + rm[:, None] * K + rk[None, :], mask=(rm[:, None] < M) & (rk[None, :] < k_end), other=0.0)
+        w = tl.load(w_ptr + rn[None, :] * K + rk[:, None], mask=(rn[None, :] < N) & (rk[:, None] < k_end), other=0.0)
+        acc += tl.dot(x, w)
+    # The partials are [SPLIT, M, N] fp32 (whatever BLOCK_M is). A column slice's count of arrivals is zero
+    # between calls: its last program resets it.
+    mask = (rm[:, None] < M) & (rn[None, :] < N)
+    offs = rm[:, None] * N + rn[None, :]
+    tl.store(part_ptr + split * M * N + offs, acc, mask=mask)
+    tl.debug_barrier()  # every thread's partial written before the count says so
+    if tl.atomic_add(arrived_ptr + pid_n, 1, sem="acq_rel") == SPLIT - 1:
+        total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for i in tl.static_range(SPLIT):
+            total += tl.load(part_ptr + i * M * N + offs, mask=mask, other=0.0, cache_modifier=".cg")
+        y = total.to(out_ptr.dtype.element_ty)
+        if EPILOGUE == 3:
+            yf = y.to(tl.float32)
+            y = (yf / (1.0 + tl.exp(-yf))).to(out_ptr.dtype.element_ty)
+        if EPILOGUE == 1:
+            y = y + tl.load(r_ptr + offs, mask=mask, other=0.0)
+        if EPILOGUE >= 2:
+            y = y * tl.load(r_ptr + offs, mask=mask, other=0.0)
+        tl.store(out_ptr + offs, y, mask=mask)
+        tl.atomic_xchg(arrived_ptr + pid_n, 0)
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.p0 = nn.Parameter({init})
+        # One arrival count per output column (enough for any BLOCK_N), made once and left at zero by each call.
+        self.register_buffer("arrived", torch.zeros(self.p0.shape[0], dtype=torch.int32), persistent=False)
+
+    def forward(self, {args}):
+        x = in0.reshape(-1, in0.shape[-1]).contiguous()
+        w = self.p0.contiguous()
+        M, K = x.shape
+        N = w.shape[0]
+        split = {split}
+        out = torch.empty((M, N), dtype=in0.dtype, device=in0.device)
+        partials = torch.empty((split, M, N), dtype=torch.float32, device=in0.device)
+        other = {other}
+        grid = (triton.cdiv(N, {block_n}), split)
+        _split_linear_kernel[grid](
+            x, w, other, out, partials, self.arrived, M, N, K,
+            EPILOGUE={epilogue}, SPLIT=split, BLOCK_M=16, BLOCK_N={block_n}, BLOCK_K={block_k},{options}
+        )
+        return out.reshape(*in0.shape[:-1], N)
+'''
+# Where K is at least SPLIT_RATIO times N and the rows fit one 16-row tile, the seed splits K. Down + residual
+# (K 8192, N 2048) at 8 rows on an H200 took 12.50 us in 4 slices of K, 16 columns a program in steps of 128 at
+# 2 warps and 4 stages, against 13.82 unsplit and 13.32 for cuBLAS's mm; o_proj (K = N) was slower split
+# (docs/benchmarks.md §11h). (SPLIT, BLOCK_N, BLOCK_K, warps, stages):
+SPLIT_LINEAR_CONFIG = (4, 16, 128, 2, 4)
+SPLIT_RATIO = 4
+
 # A decode-shaped GEMM (a few rows against a weight streamed from DRAM) wants many programs, each streaming a
 # narrow slice of the weight in long K steps: on an H100 the best skinny kernel for the Llama weights at 8 rows
 # took 16 columns a program and 128-256 of K a step, 2-4 warps, 5-6 stages (docs/benchmarks.md §11c). A seed
@@ -111,7 +192,10 @@ DECODE_ROWS = 64
 # projection (o_proj, down, each + residual) in K steps of 512 at 2 warps, 1.37x and 1.18x of torch.compile
 # where 128 at 4 warps gave 1.23x (evolved) and a check that failed; the q/k/v group 32 columns a program in
 # steps of 256 at 2 warps, 10.2 us against 13.0. A stage is then 32 KB of shared memory at most.
-ONE_TILE_CONFIGS = {"linear": (16, 512, 2, 5), "grouped": (32, 256, 2, 5)}
+# The gate/up pair's seed kernel at 8 rows (K 2048, N 8192, four layers' weights in one graph on an H200): 32
+# columns a program in steps of 128 at 4 warps and 3 stages took 19.3 us a layer, where (16, 128, 2, 5) took
+# 21.0 and a budget-8 evolution's winner (16, 64, 2, 5) 19.7 (docs/benchmarks.md §11i).
+ONE_TILE_CONFIGS = {"linear": (16, 512, 2, 5), "grouped": (32, 256, 2, 5), "gate_up": (32, 128, 4, 3)}
 
 
 def _tile(x: torch.Tensor, warps: int, kind: str | None = None) -> dict[str, object]:
@@ -179,14 +263,25 @@ def _linear_seed(
             return None
     elif len(activations) != 1:
         return None
-    return _LINEAR_SEED.format(
-        **_tile(x, warps=4, kind="linear"),
-        what=what,
-        init=init_expr(w),
-        args="in0, in1" if epilogue else "in0",
-        other="in1.reshape(M, N).contiguous()" if epilogue else "out  # unused",
-        epilogue=epilogue,
-    )
+    fields = {
+        "what": what,
+        "init": init_expr(w),
+        "args": "in0, in1" if epilogue else "in0",
+        "other": "in1.reshape(M, N).contiguous()" if epilogue else "out  # unused",
+        "epilogue": epilogue,
+    }
+    tile = _tile(x, warps=4, kind="linear")
+    n, k = w.shape
+    if tile["block_m"] == 16 and tile["block_n"] == ONE_TILE_CONFIGS["linear"][0] and k >= SPLIT_RATIO * n:
+        split, block_n, block_k, warps, stages = SPLIT_LINEAR_CONFIG
+        return _SPLIT_LINEAR_SEED.format(
+            **fields,
+            split=split,
+            block_n=block_n,
+            block_k=block_k,
+            options=f" num_warps={warps}, num_stages={stages},",
+        )
+    return _LINEAR_SEED.format(**tile, **fields)
 
 
 _GATE_UP_SEED = '''"""Seed for a harvested gate/up pair, silu(in0 @ gate.T) * (in0 @ up.T): one Triton kernel streams both
@@ -282,7 +377,7 @@ def _gate_up_seed(
         return None
     names = {w: f"p{i}" for i, w in enumerate(weights)}
     return _GATE_UP_SEED.format(
-        **_tile(x, warps=2),
+        **_tile(x, warps=2, kind="gate_up"),
         init0=init_expr(value_of(weights[0])),
         init1=init_expr(value_of(weights[1])),
         gate=names[gate.args[1]],

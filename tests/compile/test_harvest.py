@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 
 import pytest
@@ -153,9 +154,10 @@ def get_inputs():
         )
     for group in groups:
         seed = (out / group["seed"]).read_text()
-        block_n = 32 if one_tile and "_grouped_linear_kernel" in seed else 16
+        block_n = 32 if one_tile else 16
         assert f"BLOCK_M={block_m}, BLOCK_N={block_n}, BLOCK_K=64," in seed, seed
-        assert f"num_stages={stages}" in seed and f"triton.cdiv(M, {block_m})" in seed, seed
+        want_stages = 3 if one_tile and "_gate_up_kernel" in seed else stages
+        assert f"num_stages={want_stages}" in seed and f"triton.cdiv(M, {block_m})" in seed, seed
         proc = ksmith("eval", out / group["file"], out / group["seed"], "--device", "cpu", "--json")
         assert proc.returncode == 0, proc.stderr
         assert json.loads(proc.stdout)["status"] == "ok", group
@@ -163,6 +165,75 @@ def get_inputs():
         fp32 = harvest(DATA / "gate_up_mlp.py", tmp_path / "fp32")["problems"]
         for group in (p for p in fp32 if p["kind"] == "matmuls"):
             assert "BLOCK_M=16, BLOCK_N=64, BLOCK_K=32," in (tmp_path / "fp32" / group["seed"]).read_text()
+
+
+DOWN_MODEL = """
+import torch
+import torch.nn as nn
+
+batch_size = 6
+hidden = 48
+intermediate = {intermediate}
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.down = nn.Linear(intermediate, hidden, bias=False).half()
+
+    def forward(self, x, z):
+        return x + self.down(z)
+
+
+def get_inputs():
+    return [torch.randn(batch_size, hidden).half(), torch.randn(batch_size, intermediate).half()]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+@pytest.mark.slow
+def test_a_decode_projection_with_long_k_gets_the_split_k_seed_whose_counts_stay_zero(tmp_path):
+    """Where K is at least SPLIT_RATIO times N at one 16-row tile (Llama's down projection), the seed splits K
+    over programs of one launch and the last of each column slice adds the partials: it passes the evaluator,
+    leaves its arrival counts at zero after every call (the next call's correctness depends on it), and a copy
+    that does not reset them is caught. A shorter K keeps the unsplit seed."""
+    from ksmith_compile.seeds import SPLIT_RATIO
+
+    out = tmp_path / "out"
+    model = tmp_path / "down.py"
+    model.write_text(
+        DOWN_MODEL.format(intermediate=SPLIT_RATIO * 48 + 8)
+    )  # ragged: K is not a multiple of a step
+    (problem,) = harvest(model, out)["problems"]
+    assert problem["ops"] == ["linear", "add"]
+    seed = (out / problem["seed"]).read_text()
+    assert "_split_linear_kernel[grid]" in seed and "split = 4" in seed
+    assert _evaluate(out / problem["file"], out / problem["seed"]) == "ok"
+
+    problem_module, seed_module = (_import(out / problem[key]) for key in ("file", "seed"))
+    reference, kernel = problem_module.Model(), seed_module.ModelNew()
+    kernel.load_state_dict(reference.state_dict())
+    for call in range(3):  # new inputs each call: a result kept from an earlier call would show
+        torch.manual_seed(call)
+        x, z = problem_module.get_inputs()
+        torch.testing.assert_close(kernel(x, z), reference(x, z), atol=2e-2, rtol=2e-2)
+        assert int(kernel.arrived.abs().sum()) == 0
+
+    # The partials are laid out by the rows there are, not the tile's: an edit to a taller tile stays correct.
+    (out / "tall.seed.py").write_text(seed.replace("BLOCK_M=16,", "BLOCK_M=32,"))
+    assert _evaluate(out / problem["file"], out / "tall.seed.py") == "ok"
+
+    no_reset = seed.replace("        tl.atomic_xchg(arrived_ptr + pid_n, 0)\n", "")
+    assert no_reset != seed
+    (out / "no_reset.seed.py").write_text(no_reset)
+    assert _evaluate(out / problem["file"], out / "no_reset.seed.py") == "incorrect"
+
+    model.write_text(DOWN_MODEL.format(intermediate=SPLIT_RATIO * 48 - 16))
+    (short,) = harvest(model, tmp_path / "short")["problems"]
+    assert "_linear_kernel[grid]" in (tmp_path / "short" / short["seed"]).read_text()
 
 
 NORM = ["to", "pow", "mean", "add", "rsqrt", "mul", "to", "mul"]  # Llama's RMSNorm as Dynamo records it
@@ -222,6 +293,13 @@ def test_normed_seeds_cover_two_row_blocks_a_ragged_width_and_an_add_only_the_no
     assert right in seed
     (out / "first_block.seed.py").write_text(seed.replace(right, "writes_sum = (pid_n == 0) & (pid_m == 0)"))
     assert _evaluate(out / residual["file"], out / "first_block.seed.py") == "incorrect"
+
+
+def _import(path):
+    spec = importlib.util.spec_from_file_location(f"ksmith_test_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def _evaluate(problem, seed):
