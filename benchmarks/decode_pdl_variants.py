@@ -23,7 +23,9 @@ with its RMSNorms and SiLU·mul as small Triton kernels (so they can take part, 
   slice of K.
 
 Every variant's final hidden state must equal the baseline's bit for bit (waiting where results are read changes
-no result); the cuBLAS chain is timed beside them.
+no result); the cuBLAS chain is timed beside them. Then the baseline and ``pdl, trigger`` again, the whole chain
+one opaque custom op under ``torch.compile(mode="reduce-overhead")``: recorded by Inductor's CUDA graph trees
+instead of one ``torch.cuda.graph`` capture, the way the backend's ``pdl`` option runs in a model.
 
     python benchmarks/decode_pdl_variants.py [--rows 8] [--out OUT.json]
     TRITON_INTERPRET=1 python benchmarks/decode_pdl_variants.py --check   # the kernels (PDL off) on the CPU
@@ -33,6 +35,7 @@ Exploration, not a ksmith result: numbers it prints go into docs only with this 
 
 from __future__ import annotations
 
+import statistics
 import sys
 
 import torch
@@ -225,6 +228,63 @@ VARIANTS = {
 }
 
 
+# The same chain recorded by torch.compile's CUDA graphs (Inductor's graph trees, ``mode="reduce-overhead"``)
+# instead of one ``torch.cuda.graph`` capture: whether the graph Inductor records keeps what PDL gains.
+COMPILED = ("baseline", "pdl, trigger", "baseline again")
+
+
+def compiled_rounds(chain, label, variant, calls=20, rounds=5):
+    """Median GPU time of one step per round, the whole chain one opaque custom op under ``reduce-overhead``;
+    ``calls`` back-to-back steps a sample, so the graph trees' host work per call overlaps the GPU's."""
+    slug = "".join(c if c.isalnum() else "_" for c in label)
+
+    @torch.library.custom_op(f"ksmith_pdl_probe::chain_{slug}", mutates_args=())
+    def step(x: torch.Tensor) -> torch.Tensor:
+        return chain.step(variant).clone()
+
+    @step.register_fake
+    def _(x):
+        return torch.empty_like(x)
+
+    torch._dynamo.reset()
+    run = torch.compile(lambda x: step(x), mode="reduce-overhead", fullgraph=True)
+    for _ in range(5):  # graph trees warm up, then record, then replay
+        out = run(chain.x0)
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    result = []
+    for _ in range(rounds):
+        samples = []
+        for _ in range(10):
+            start.record()
+            for _ in range(calls):
+                out = run(chain.x0)
+            end.record()
+            end.synchronize()
+            samples.append(start.elapsed_time(end) / calls)
+        result.append(statistics.median(samples))
+    return result, out.clone()
+
+
+def time_compiled(chain) -> dict:
+    found: dict = {}
+    base_out = None
+    for label in COMPILED:
+        rounds_ms, out = compiled_rounds(chain, label, VARIANTS[label])
+        base_out = out if base_out is None else base_out
+        found[label] = {"rounds_ms": rounds_ms, "same_as_baseline": bool(torch.equal(out, base_out))}
+    both = found["baseline"]["rounds_ms"] + found["baseline again"]["rounds_ms"]
+    base = statistics.median(both)
+    print(
+        f"\nunder torch.compile(mode='reduce-overhead'), baseline {base:.4f} ms (rounds {min(both):.4f}-{max(both):.4f}):"
+    )
+    for label, entry in found.items():
+        med = statistics.median(entry["rounds_ms"])
+        entry["ratio_vs_baseline"] = base / med
+        print(f"  {label:32} {med:.4f} ms  x{base / med:.3f}  same output: {entry['same_as_baseline']}")
+    return {"compiled": found, "compiled_baseline_ms": base}
+
+
 def check() -> int:
     """The kernels (PDL and prefetch off: the interpreter has neither) against torch on the CPU."""
     torch.manual_seed(0)
@@ -254,7 +314,9 @@ def main() -> int:
         return check()
     torch.manual_seed(0)
     chain = PdlChain(args.rows, torch.bfloat16, "cuda")
-    write_report({**report_header(args.rows), **time_variants(chain, VARIANTS, width=32)}, args.out)
+    report = {**report_header(args.rows), **time_variants(chain, VARIANTS, width=32)}
+    report.update(time_compiled(chain))
+    write_report(report, args.out)
     return 0
 
 
