@@ -216,6 +216,19 @@ def _load_directory(library: Library, directory: Path, explicit: bool, pdl: bool
             library.entries.append(entry)
 
 
+@contextlib.contextmanager
+def outside_compilation() -> Any:
+    """Run an entry's checks as in a process of their own, though the backend loads the library while Dynamo
+    compiles the user's model. There ``opcheck``'s AOT tests would trace in Dynamo's fake-tensor mode, whose
+    shape environment makes every size symbolic even in the static-shape test: the guards then send the traced
+    call to the reference, and a kernel that rounds differently from it reads as "outputs differ"."""
+    from torch._guards import tracing
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    with tracing(None), unset_fake_temporarily():
+        yield
+
+
 def _own_rng() -> Any:
     devices = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
     return torch.random.fork_rng(devices=devices)
@@ -252,6 +265,11 @@ def pdl_supported() -> bool:
 
 def load_entry(directory: Path, *, pdl: bool = False) -> Entry:
     """Load and check one entry directory (raises EntryError / EntryUnavailable); ``pdl``: see load_library."""
+    with outside_compilation():
+        return _load_entry(directory, pdl)
+
+
+def _load_entry(directory: Path, pdl: bool) -> Entry:
     name = directory.name
     try:
         meta = json.loads((directory / "entry.json").read_text(encoding="utf-8"))

@@ -148,3 +148,35 @@ def test_inlining_needs_every_static_check_and_a_dynamic_trace_that_does_not_fai
     assert "test_aot_dispatch_static" in inline_check_failure(
         {**static, "test_aot_dispatch_static": differ}, dynamic
     )
+
+
+def test_an_entry_is_checked_outside_the_compilation_that_loads_it():
+    """The backend loads the library while Dynamo compiles the model. Traced there, ``opcheck``'s static-shape
+    test sees symbolic sizes (Dynamo's fake mode), so an entry's guards send the traced call to the reference
+    and a kernel that rounds otherwise reads as "outputs differ"; checked outside the compilation it passes."""
+    from ksmith_compile.library import outside_compilation
+
+    def guarded(
+        x: torch.Tensor,
+    ) -> torch.Tensor:  # as an entry's operator: the kernel only at exact int sizes
+        return x * 2 if all(isinstance(s, int) for s in x.shape) else x * 2 + 0.5
+
+    op = torch.library.triton_op("ksmith_test::guarded", guarded, mutates_args=())
+    x = torch.randn(8, 16)
+    verdicts = {}
+
+    def static_check() -> object:
+        report = torch.library.opcheck(op, (x,), test_utils="test_aot_dispatch_static", raise_exception=False)
+        return report["test_aot_dispatch_static"]
+
+    def backend(gm, example_inputs):
+        verdicts["inside"] = static_check()
+        with outside_compilation():
+            verdicts["outside"] = static_check()
+        return gm.forward
+
+    torch._dynamo.reset()
+    torch.compile(lambda a: a.sin(), backend=backend)(torch.randn(3))
+    assert static_check() == "SUCCESS"
+    assert "Outputs of the operator are different" in str(verdicts["inside"])
+    assert verdicts["outside"] == "SUCCESS"
