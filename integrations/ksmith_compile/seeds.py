@@ -198,13 +198,19 @@ DECODE_ROWS = 64
 ONE_TILE_CONFIGS = {"linear": (16, 512, 2, 5), "grouped": (32, 256, 2, 5), "gate_up": (32, 128, 4, 3)}
 
 
+def _one_tile(x: torch.Tensor) -> bool:
+    """Whether activations ``x`` are fp16/bf16 rows that fit one 16-row ``tl.dot`` tile."""
+    rows = x.numel() // max(x.shape[-1], 1)
+    return rows <= 16 and x.dtype in (torch.float16, torch.bfloat16)
+
+
 def _tile(x: torch.Tensor, warps: int, kind: str | None = None) -> dict[str, object]:
     """The seed's ``BLOCK_M``, ``BLOCK_N``, ``BLOCK_K`` and launch options for activations ``x``; ``kind`` (a
     key of ONE_TILE_CONFIGS) picks a measured configuration where the rows fit one 16-row tile."""
     rows, k = x.numel() // max(x.shape[-1], 1), x.shape[-1]
     if rows <= DECODE_ROWS and x.dtype in (torch.float16, torch.bfloat16):
         block_m = max(16, 1 << max(0, rows - 1).bit_length())
-        if block_m == 16 and kind in ONE_TILE_CONFIGS:
+        if _one_tile(x) and kind in ONE_TILE_CONFIGS:
             block_n, block_k, tile_warps, stages = ONE_TILE_CONFIGS[kind]
             return {
                 "block_m": 16,
@@ -270,9 +276,8 @@ def _linear_seed(
         "other": "in1.reshape(M, N).contiguous()" if epilogue else "out  # unused",
         "epilogue": epilogue,
     }
-    tile = _tile(x, warps=4, kind="linear")
     n, k = w.shape
-    if tile["block_m"] == 16 and tile["block_n"] == ONE_TILE_CONFIGS["linear"][0] and k >= SPLIT_RATIO * n:
+    if _one_tile(x) and k >= SPLIT_RATIO * n:
         split, block_n, block_k, warps, stages = SPLIT_LINEAR_CONFIG
         return _SPLIT_LINEAR_SEED.format(
             **fields,
@@ -281,7 +286,7 @@ def _linear_seed(
             block_k=block_k,
             options=f" num_warps={warps}, num_stages={stages},",
         )
-    return _LINEAR_SEED.format(**tile, **fields)
+    return _LINEAR_SEED.format(**_tile(x, warps=4, kind="linear"), **fields)
 
 
 _GATE_UP_SEED = '''"""Seed for a harvested gate/up pair, silu(in0 @ gate.T) * (in0 @ up.T): one Triton kernel streams both
