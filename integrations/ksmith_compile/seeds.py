@@ -14,6 +14,7 @@ evaluator's tolerances; the search moves from there.
 from __future__ import annotations
 
 import operator
+import textwrap
 
 import torch
 
@@ -36,6 +37,24 @@ def seed_for(
     if kind == "matmul":
         return _linear_seed(nodes, activations, weights)
     return None
+
+
+# What both linear seeds do with their fp32 sum: round it, apply the epilogue (EPILOGUE 0 none, 1 + r, 2 * r,
+# 3 silu(.) * r), each step rounded to the output dtype as eager does, and store.
+_EPILOGUE_STEPS = """\
+y = {value}.to(out_ptr.dtype.element_ty)
+if EPILOGUE == 3:
+    yf = y.to(tl.float32)
+    y = (yf / (1.0 + tl.exp(-yf))).to(out_ptr.dtype.element_ty)
+if EPILOGUE == 1:
+    y = y + tl.load(r_ptr + offs, mask=mask, other=0.0)
+if EPILOGUE >= 2:
+    y = y * tl.load(r_ptr + offs, mask=mask, other=0.0)
+tl.store(out_ptr + offs, y, mask=mask)"""
+
+
+def _epilogue_steps(value: str, indent: int) -> str:
+    return textwrap.indent(_EPILOGUE_STEPS.format(value=value), " " * indent)
 
 
 _LINEAR_SEED = '''"""Seed for a harvested {what} region: a tiled Triton GEMM, fp32 accumulation (written by ksmith harvest)."""
@@ -68,15 +87,7 @@ def _linear_kernel(
             acc += tl.dot(x, w)
     mask = (rm[:, None] < M) & (rn[None, :] < N)
     offs = rm[:, None] * N + rn[None, :]
-    y = acc.to(out_ptr.dtype.element_ty)
-    if EPILOGUE == 3:
-        yf = y.to(tl.float32)
-        y = (yf / (1.0 + tl.exp(-yf))).to(out_ptr.dtype.element_ty)
-    if EPILOGUE == 1:
-        y = y + tl.load(r_ptr + offs, mask=mask, other=0.0)
-    if EPILOGUE >= 2:
-        y = y * tl.load(r_ptr + offs, mask=mask, other=0.0)
-    tl.store(out_ptr + offs, y, mask=mask)
+{epilogue_steps}
 
 
 class ModelNew(nn.Module):
@@ -137,15 +148,7 @@ def _split_linear_kernel(
         total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         for i in tl.static_range(SPLIT):
             total += tl.load(part_ptr + i * M * N + offs, mask=mask, other=0.0, cache_modifier=".cg")
-        y = total.to(out_ptr.dtype.element_ty)
-        if EPILOGUE == 3:
-            yf = y.to(tl.float32)
-            y = (yf / (1.0 + tl.exp(-yf))).to(out_ptr.dtype.element_ty)
-        if EPILOGUE == 1:
-            y = y + tl.load(r_ptr + offs, mask=mask, other=0.0)
-        if EPILOGUE >= 2:
-            y = y * tl.load(r_ptr + offs, mask=mask, other=0.0)
-        tl.store(out_ptr + offs, y, mask=mask)
+{epilogue_steps}
         tl.atomic_xchg(arrived_ptr + pid_n, 0)
 
 
@@ -281,12 +284,15 @@ def _linear_seed(
         split, block_n, block_k, warps, stages = SPLIT_LINEAR_CONFIG
         return _SPLIT_LINEAR_SEED.format(
             **fields,
+            epilogue_steps=_epilogue_steps("total", 8),
             split=split,
             block_n=block_n,
             block_k=block_k,
             options=f" num_warps={warps}, num_stages={stages},",
         )
-    return _LINEAR_SEED.format(**_tile(x, warps=4, kind="linear"), **fields)
+    return _LINEAR_SEED.format(
+        **_tile(x, warps=4, kind="linear"), **fields, epilogue_steps=_epilogue_steps("acc", 4)
+    )
 
 
 _GATE_UP_SEED = '''"""Seed for a harvested gate/up pair, silu(in0 @ gate.T) * (in0 @ up.T): one Triton kernel streams both
