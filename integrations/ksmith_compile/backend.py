@@ -317,12 +317,15 @@ def _splits_a_fusion(entry: Entry, match: Any, replaced: dict[torch.fx.Node, tor
     with the pointwise ops around it: a residual add that produces a norm's input is fused into the norm's
     kernel, a cast that consumes its output into its epilogue. Swapped alone, the neighbour becomes a kernel of
     its own: one more launch and one more pass over the tensor, which the entry's own verdict (timed against
-    the region alone) never saw. A matmul entry cuts nothing Inductor would fuse (its matmul is a library call).
+    the region alone) never saw. A matmul entry cuts nothing Inductor would fuse (its matmul is a library call),
+    nor does an attention block (its attention is one; the rotary tables' cast Inductor would fuse into the
+    rotary is then a small kernel of its own, once for every layer).
     """
+    from .attention import is_attention
     from .nodes import is_fusible, is_matmul
 
     inner = _pattern_inner(entry)
-    if any(is_matmul(n) for n in inner):
+    if any(is_matmul(n) or is_attention(n) for n in inner):
         return None
     matched = {match.nodes_map[n] for n in inner if n in match.nodes_map}
     for producer in _inputs(entry, match, replaced):

@@ -12,6 +12,10 @@ The model's Dynamo graphs (the ones ``backend="kernelsmith"`` receives) are cut 
   weights and never write the two products, where Inductor calls two GEMMs and a pointwise kernel; and
   ``linear``s of one input with no epilogue (Llama's q, k and v projections), one problem returning each
   projection: one launch instead of one a projection;
+- **attention** (kind ``attention``): ``scaled_dot_product_attention`` with the heads' split, the rotary
+  embedding and the grouped-query repeat before it and the heads' merge after it (:mod:`.attention`), one
+  problem from the projections' outputs to the output projection's input, where Inductor runs an extern
+  attention kernel behind kernels of its own;
 - **normed groups** (kind ``matmuls`` too): a group with the fusible piece that makes its input when the
   group is all that reads it (the RMSNorm before Llama's q/k/v and gate/up), and that piece with the residual
   add before it, whose sum is then also an output of the region. At decode the norm is a kernel between two
@@ -36,9 +40,11 @@ import torch
 
 from ksmith_core.errors import ProblemError
 
+from .attention import is_attention, recognise
 from .nodes import (
     init_expr,
     is_fusible,
+    is_layout,
     is_linear,
     is_matmul,
     is_residual_add,
@@ -54,7 +60,9 @@ class Harvested:
     """One written problem: its source, and where in the model the region occurs."""
 
     name: str
-    kind: str  # "fusible", "matmul" or "matmuls" (a group of projections of one input, maybe behind its norm)
+    kind: (
+        str  # "fusible", "matmul", "matmuls" (projections of one input, maybe behind its norm) or "attention"
+    )
     source: str
     ops: list[str]
     inputs: list[dict[str, Any]]
@@ -136,6 +144,10 @@ def find_regions(gm: torch.fx.GraphModule) -> list[tuple[str, list[torch.fx.Node
         if len(ending) == 2 and linears_of_one_input(ending[0][0], ending[1][0])
     ]
     groups += [set(group) for group in bare.values() if 2 <= len(group) <= MAX_GROUP]
+    for node in gm.graph.nodes:
+        block = recognise(node) if is_attention(node) else None
+        if block is not None:
+            regions.append(("attention", sorted(block.nodes, key=order.__getitem__)))
     for group in groups:
         regions.append(("matmuls", sorted(group, key=order.__getitem__)))
         for prologue in _normed(group, pieces):
@@ -329,10 +341,13 @@ def harvest(
                 if why_not is not None:
                     skipped.append({"region": where, "reason": why_not})
                     continue
-                name = f"{stem}_{len(written):02d}_{kind}_{'_'.join(dict.fromkeys(ops))}"[:80]
+                what = "" if kind == "attention" else "_" + "_".join(dict.fromkeys(ops))  # the kind says it
+                name = f"{stem}_{len(written):02d}_{kind}{what}"[:80]
                 written[source] = Harvested(name, kind, source, ops, specs, seed)
             written[source].occurrences.append(where)
-            written[source].places.append((index, [n.name for n in nodes]))
+            # For the time shares: a library call's note also names the views before it (the heads merged
+            # back before o_proj), which would count o_proj's GEMM for the attention block too.
+            written[source].places.append((index, [n.name for n in nodes if not is_layout(n)]))
     problems = []
     for item in written.values():
         (out_dir / f"{item.name}.py").write_text(item.source, encoding="utf-8")

@@ -35,6 +35,7 @@ import hashlib
 import importlib.util
 import inspect
 import json
+import operator
 import os
 import re
 import sys
@@ -561,6 +562,36 @@ def inline_check_failure(static: dict[str, Any], dynamic: dict[str, Any]) -> str
     return None
 
 
+def inductor_check_failure(op: Any, args: Sequence[torch.Tensor], outputs: int = 1) -> str | None:
+    """Why Inductor cannot compile a graph of the one operator (``opcheck`` traces it, but does not lower it:
+    a bool tensor bitcast in the kernel's wrapper passed ``opcheck`` and failed the model's compilation), or
+    why the compiled call's outputs differ from the operator's own; None if it compiles and agrees."""
+    from torch._inductor.compile_fx import compile_fx
+
+    graph = torch.fx.Graph()
+    call = graph.call_function(op, tuple(graph.placeholder(f"a{i}") for i in range(len(args))))
+    # The graph returns tensors, as Dynamo's do: each item of an operator that returns several.
+    items = (
+        [graph.call_function(operator.getitem, (call, i)) for i in range(outputs)] if outputs > 1 else [call]
+    )
+    graph.output(tuple(items))
+    try:
+        compiled = compile_fx(torch.fx.GraphModule(torch.nn.Module(), graph), list(args))
+        got = list(compiled(*args))
+    except Exception as exc:  # noqa: BLE001 - the reason is reported; the entry stays the custom op
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        return f"Inductor cannot compile it: {type(exc).__name__}: {first}"
+    want = op(*args)
+    want = [want] if isinstance(want, torch.Tensor) else list(want)
+    try:  # the same kernel either way; only a kernel adding with atomics may round differently
+        torch.testing.assert_close(got, want)
+    except AssertionError as exc:
+        return (
+            f"Inductor's compiled call differs from the operator's: {str(exc).strip().splitlines()[0][:200]}"
+        )
+    return None
+
+
 def _inline(entry: Entry, op_name: str) -> None:
     """Swap the entry in as a ``triton_op`` where Inductor can compile user Triton kernels (GPUs), when it passes
     ``opcheck`` (which traces it as Inductor will); else it stays the checked custom op, with the reason."""
@@ -575,7 +606,7 @@ def _inline(entry: Entry, op_name: str) -> None:
         dynamic = torch.library.opcheck(
             op, tuple(args), test_utils="test_aot_dispatch_dynamic", raise_exception=False
         )
-        failure = inline_check_failure(static, dynamic)
+        failure = inline_check_failure(static, dynamic) or inductor_check_failure(op, args, entry.outputs)
         if failure:
             raise EntryError(failure)
     except Exception as exc:  # noqa: BLE001 - any failure keeps the custom op, which passed its checks

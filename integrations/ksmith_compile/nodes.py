@@ -42,6 +42,17 @@ def is_fusible(node: torch.fx.Node) -> bool:
     return False
 
 
+_LAYOUT_METHODS = {"view", "reshape", "transpose", "permute", "contiguous", "expand", "unsqueeze", "squeeze"}
+
+
+def is_layout(node: torch.fx.Node) -> bool:
+    """A view or copy that only lays a tensor out (Inductor folds it into the kernels or library calls around
+    it, whose notes then name it too)."""
+    if node.op == "call_method":
+        return node.target in _LAYOUT_METHODS
+    return node.op == "call_function" and node.target in (operator.getitem, torch.reshape, torch.transpose)
+
+
 def is_matmul(node: torch.fx.Node) -> bool:
     if node.op == "call_function":
         return node.target in _MATMUL_FUNCTIONS
@@ -98,6 +109,11 @@ def op_name(node: torch.fx.Node) -> str:
 
 def init_expr(value: torch.Tensor) -> str:
     shape, dtype = list(value.shape), str(value.dtype)
+    if value.dtype == torch.bool:  # a mask: causal, as attention's is (random ones would mask whole rows)
+        if value.dim() < 2:
+            return f"torch.ones({shape}, dtype=torch.bool)"
+        past = shape[-1] - shape[-2]  # keys before the queries (a KV cache): each query sees all of them
+        return f"torch.ones({shape}, dtype=torch.bool).tril({past if past else ''})"
     if value.dtype.is_floating_point:
         if value.dim() <= 1:
             return f"1.0 + 0.1 * torch.randn({shape}, dtype={dtype})"

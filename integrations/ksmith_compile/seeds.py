@@ -36,6 +36,11 @@ def seed_for(
         )
     if kind == "matmul":
         return _linear_seed(nodes, activations, weights)
+    if kind == "attention" and not weights:
+        from .attention import attention_seed, is_attention, recognise
+
+        block = next((recognise(n) for n in nodes if is_attention(n)), None)
+        return attention_seed(block, activations) if block is not None else None
     return None
 
 

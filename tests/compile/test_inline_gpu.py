@@ -111,9 +111,26 @@ def test_norms_swap_in_with_their_groups_on_the_gpu(tmp_path):
     torch.testing.assert_close(got, want, atol=1e-2, rtol=1e-2)  # float16: the problems' tolerance
 
 
-def _harvested_library(model_file, tmp_path, chosen):
-    """The model's groups of projections whose ops ``chosen`` accepts, harvested on the GPU, each evolved from
-    its harvested seed (budget 1) and exported into ``tmp_path/lib``."""
+def test_the_attention_block_swaps_in_inlined_on_the_gpu(tmp_path):
+    """A bfloat16 decode step's attention block (head size 128: the seed's tensor-core path, a boolean mask),
+    harvested on the GPU, evolved (budget 1), exported: Inductor compiles the entry's operator (its check at
+    load), inlines it in both layers, and the outputs are eager's within the problem's tolerance."""
+    from .helpers import load_model_file
+    from .test_attention import HALF_LLAMA
+
+    model_file = tmp_path / "llama.py"
+    model_file.write_text(HALF_LLAMA.format(batch=8, seq=1).replace(".half()", ".bfloat16()"))
+    blocks, library = _harvested_library(model_file, tmp_path, lambda ops: True, kind="attention")
+    (entry,) = load_library(library).entries
+    assert entry.op.name().endswith("_inline"), entry.inline_reason
+    got, want, recorder = _compiled(load_model_file(model_file), library)
+    assert [r.entry for r in recorder.regions if r.swapped] == [blocks[0]["problem"]] * 2
+    torch.testing.assert_close(got, want, atol=1e-2, rtol=1e-2)
+
+
+def _harvested_library(model_file, tmp_path, chosen, kind="matmuls"):
+    """The model's regions of ``kind`` (groups of projections) whose ops ``chosen`` accepts, harvested on the
+    GPU, each evolved from its harvested seed (budget 1) and exported into ``tmp_path/lib``."""
     import json
 
     from ksmith_compile.harvest import harvest
@@ -121,7 +138,7 @@ def _harvested_library(model_file, tmp_path, chosen):
     from .conftest import ksmith
 
     summary = harvest(model_file, tmp_path / "problems", device="cuda")
-    groups = [p for p in summary["problems"] if p["kind"] == "matmuls" and chosen(p["ops"])]
+    groups = [p for p in summary["problems"] if p["kind"] == kind and chosen(p["ops"])]
     for index, group in enumerate(groups):
         run = tmp_path / f"run{index}"
         problem = tmp_path / "problems" / group["file"]

@@ -117,7 +117,7 @@ def test_profiled_launches_are_matched_to_the_code_in_order_and_averaged_over_fo
 def test_harvest_measures_each_regions_share_of_the_compiled_models_time(tmp_path):
     """On CPU (``--time-share``): the tiny decoder compiled by Inductor and profiled. Its seven matmuls are
     library calls, each counting for matmul problems; the o_proj GEMM's call counts for the o_proj + residual
-    problem alone and is its share; attention counts for no matmul problem."""
+    problem alone and is its share; attention counts for the attention block's problem and no matmul's."""
     proc = ksmith(
         "harvest", DATA / "tiny_llama.py", "-o", tmp_path, "--device", "cpu", "--time-share", "--json"
     )
@@ -127,7 +127,7 @@ def test_harvest_measures_each_regions_share_of_the_compiled_models_time(tmp_pat
     assert "error" not in profile, profile
     assert profile["device"] == "cpu" and profile["launches_ms"] > 0
     assert 0 <= profile["unattributed_ms"] < profile["launches_ms"]
-    matmul_problems = {p["problem"] for p in summary["problems"] if p["kind"] != "fusible"}
+    matmul_problems = {p["problem"] for p in summary["problems"] if p["kind"] in ("matmul", "matmuls")}
     mms = [row for row in profile["launches"] if row["launch"] == "aten::mm"]
     assert len(mms) == 7  # q, k, v, o, gate, up, down
     assert all(set(row["problems"]) & matmul_problems for row in mms)
@@ -138,6 +138,8 @@ def test_harvest_measures_each_regions_share_of_the_compiled_models_time(tmp_pat
         row for row in profile["launches"] if row["launch"].startswith("aten::_scaled_dot_product")
     ]
     assert not set(attention["problems"]) & matmul_problems
+    (block,) = [p["problem"] for p in summary["problems"] if p["kind"] == "attention"]
+    assert block in attention["problems"]
     assert json.loads((tmp_path / "harvest.json").read_text()) == summary
 
 

@@ -180,3 +180,42 @@ def test_an_entry_is_checked_outside_the_compilation_that_loads_it():
     assert static_check() == "SUCCESS"
     assert "Outputs of the operator are different" in str(verdicts["inside"])
     assert verdicts["outside"] == "SUCCESS"
+
+
+def test_inlining_needs_inductor_to_compile_the_operator_alone(monkeypatch):
+    """``opcheck`` traces an operator but does not lower it: the operator is also compiled alone with Inductor
+    (inside the backend's own compilation, as the library loads) and its outputs compared with its own."""
+    import torch._inductor.compile_fx as compile_fx_module
+
+    from ksmith_compile.library import inductor_check_failure, outside_compilation
+
+    @torch.library.custom_op("ksmith_test::thrice", mutates_args=())
+    def thrice(x: torch.Tensor) -> torch.Tensor:
+        return x * 3
+
+    thrice.register_fake(lambda x: torch.empty_like(x))
+    x = torch.randn(4, 3)
+    verdicts = {}
+
+    def backend(gm, example_inputs):
+        with outside_compilation():
+            verdicts["inside"] = inductor_check_failure(thrice._opoverload, (x,))
+        return gm.forward
+
+    torch._dynamo.reset()
+    torch.compile(lambda a: a.cos(), backend=backend)(torch.randn(3))
+    assert verdicts["inside"] is None and inductor_check_failure(thrice._opoverload, (x,)) is None
+
+    @torch.library.custom_op("ksmith_test::pair", mutates_args=())
+    def pair(x: torch.Tensor) -> list[torch.Tensor]:  # as a group of projections' operator
+        return [x * 2, x + 1]
+
+    pair.register_fake(lambda x: [torch.empty_like(x), torch.empty_like(x)])
+    assert inductor_check_failure(pair._opoverload, (x,), outputs=2) is None
+
+    def lowering_fails(*args, **kwargs):
+        raise TypeError("torch.bool is not supported by torch.iinfo")
+
+    monkeypatch.setattr(compile_fx_module, "compile_fx", lowering_fails)
+    why = inductor_check_failure(thrice._opoverload, (x,))
+    assert why.startswith("Inductor cannot compile it: TypeError: torch.bool is not supported")
