@@ -88,7 +88,7 @@ def _shape(node: Any) -> tuple[int, ...] | None:
 
 def _heads(node: torch.fx.Node, found: set[torch.fx.Node]) -> Operand:
     """``x.view(B, S, H, D).transpose(1, 2)`` of a [B, S, H*D] input, or the node itself as the input."""
-    if _method(node, "transpose") and sorted(node.args[1:]) == [1, 2] and not node.kwargs:
+    if _method(node, "transpose") and tuple(node.args[1:]) in ((1, 2), (2, 1)) and not node.kwargs:
         view = node.args[0]
         if _method(view, "view", "reshape") and len(view.users) == 1:
             source, shape = view.args[0], _shape(view)
