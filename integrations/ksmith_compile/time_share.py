@@ -8,7 +8,8 @@ is attributed to the nodes of Dynamo's graph that it computes, which Inductor's 
   layers is launched from several places, each with its own note);
 - above each call into a library (``extern_kernels.mm``, ``torch.ops.aten.<op>``), the nodes the call's IR
   node gathered, which include producers computed by earlier launches: those are taken off, so the call keeps
-  its own nodes (the matmul, its views).
+  its own nodes (the matmul, its views); where every one was named before (the kernels preparing an
+  attention call's inputs carry the attention node's name), the call keeps the note's last node, its own.
 
 Inductor's C++ kernels (CPU) are launched with no note of their own: the note of the next library call also
 names their nodes, so on CPU each such kernel and that call count for all of them together (a norm fused in
@@ -68,6 +69,11 @@ def parse_output_code(code: str) -> list[CodeLaunch]:
         call = _EXTERN_CALL.search(line)
         if call:
             nodes = [n for n in note or [] if n not in done]
+            if note and not nodes:
+                # Every node named, an earlier kernel named too: on a GPU Inductor's kernels that prepare an
+                # attention call's inputs carry the attention node's name. The call keeps its own, the note's
+                # last (the note is in topological order).
+                nodes = note[-1:]
             launches.append(CodeLaunch(f"aten::{call.group(1) or call.group(2)}", nodes))
             for kernel in unnoted:
                 kernel.nodes = nodes

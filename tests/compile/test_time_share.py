@@ -67,6 +67,26 @@ def test_each_launch_takes_its_own_note_and_a_library_call_leaves_out_what_came_
     ]
 
 
+def test_a_library_call_whose_nodes_an_earlier_kernel_named_keeps_its_own():
+    """On a GPU the kernels that prepare an attention call's inputs name the attention node too; the call
+    still counts for it (the last node of its note), not for nothing."""
+    prep = "triton_poi_fused__scaled_dot_product_efficient_attention_0"
+    code = f"""
+{prep} = async_compile.triton('{prep}', '''
+''', device_str='cuda')
+
+def call(self, args):
+    # Topologically Sorted Source Nodes: [q_embed, attn_output], Original ATen: [aten.add]
+    {prep}.run(arg0_1, buf0, stream=stream0)
+    # Topologically Sorted Source Nodes: [q_embed, attn_output], Original ATen: [aten._efficient_attention]
+    buf1 = torch.ops.aten._scaled_dot_product_efficient_attention.default(buf0, buf0, buf0, None, False)
+"""
+    assert parse_output_code(code) == [
+        CodeLaunch(prep, ["q_embed", "attn_output"]),
+        CodeLaunch("aten::_scaled_dot_product_efficient_attention", ["attn_output"]),
+    ]
+
+
 def test_a_cpu_kernel_with_no_note_shares_the_next_library_calls():
     assert parse_output_code(CPU_CALL) == [
         CodeLaunch("cpp_fused_silu_0", ["silu", "mul", "down"]),
