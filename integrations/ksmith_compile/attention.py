@@ -205,8 +205,12 @@ def recognise(sdpa: torch.fx.Node) -> Attention | None:
         return None
     hkv = key_source[-1] // d if operands[1].split else key_source[1]
     sk = _shape(k)[2]
-    if hq % hkv or _shape(v)[2] != sk:
-        return None
+    value_source = _shape(operands[2].source)
+    value_heads = (
+        None if value_source is None else value_source[-1] // d if operands[2].split else value_source[1]
+    )
+    if hq % hkv or _shape(v)[2] != sk or value_heads != hkv or operands[2].cos is not None:
+        return None  # the seed reads k and v with one head mapping, and rotates neither v
     if sk != s and (operands[1].cos is not None or causal):
         # Keys longer than the queries (a KV cache): rotated before they were cached, so the rotary table
         # here has the queries' rows only; and ``is_causal`` would align the mask top-left, as no step wants.
@@ -226,21 +230,34 @@ def recognise(sdpa: torch.fx.Node) -> Attention | None:
 def _merged(
     sdpa: torch.fx.Node, found: set[torch.fx.Node], b: int, s: int, width: int
 ) -> tuple[torch.fx.Node, bool]:
-    """Follow the output through the views that merge the heads back to [B, S, Hq*D], with the ``contiguous``
-    calls between: (the region's output node, whether it is the merged tensor)."""
-    chain, node = [], sdpa
+    """Follow the output through the heads' merge, ``o.transpose(1, 2)`` then views to [B, S, Hq*D] (views
+    that keep [B, Hq, S, D] before it, ``contiguous`` calls anywhere): (the region's output node, whether it is
+    the merged tensor). A reshape to [B, S, Hq*D] without the transpose is no merge: it is left out."""
+    shape = _shape(sdpa)
+    chain, node, transposed = [], sdpa, False
     while len(node.users) == 1:
         user = next(iter(node.users))
-        if not _method(user, "reshape", "view", "transpose", "contiguous"):
+        if _method(user, "transpose") and not transposed and tuple(user.args[1:]) in ((1, 2), (2, 1)):
+            transposed = True
+        elif not (
+            _method(user, "contiguous")
+            or (_method(user, "reshape", "view") and (transposed or _shape(user) == shape))
+        ):
             break
-        chain.append(user)
+        chain.append((user, transposed))
         node = user
-    # The longest prefix of the chain that ends in the merged, contiguous [B, S, Hq*D] tensor.
+    # The longest prefix of the chain, past the transpose, that ends in the contiguous [B, S, Hq*D] tensor.
     for end in range(len(chain), 0, -1):
-        value = value_of(chain[end - 1])
-        if isinstance(value, torch.Tensor) and tuple(value.shape) == (b, s, width) and value.is_contiguous():
-            found.update(chain[:end])
-            return chain[end - 1], True
+        last, after = chain[end - 1]
+        value = value_of(last)
+        if (
+            after
+            and isinstance(value, torch.Tensor)
+            and tuple(value.shape) == (b, s, width)
+            and value.is_contiguous()
+        ):
+            found.update(n for n, _ in chain[:end])
+            return last, True
     return sdpa, False
 
 
@@ -359,7 +376,7 @@ def _attention_kernel(
             else:
                 acc += tl.sum(p[:, :, None] * v.to(tl.float32)[None, :, :], axis=1)
             m_i = m_new
-    out = acc / l_i[:, None]
+    out = tl.where(l_i[:, None] > 0, acc / l_i[:, None], 0.0)  # a row with no key kept: 0, as SDPA gives
     at = out_ptr + b * so_b + h * so_h + rm[:, None] * so_s + dims[None, :]
     tl.store(at, out.to(out_ptr.dtype.element_ty), mask=m_ok[:, None])
 

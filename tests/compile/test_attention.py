@@ -204,3 +204,52 @@ def test_keys_from_a_cache_longer_than_the_queries(tmp_path):
     assert _evaluate(out / problem["file"], out / problem["seed"]) == "ok"
     (out / "short.seed.py").write_text(seed.replace("S, SK, 0.", "S, S, 0."))  # only as many keys as queries
     assert _evaluate(out / problem["file"], out / "short.seed.py") == "incorrect"
+
+
+UNMERGED_ATTENTION = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, q, k, v, mask):
+        qh = q.view(2, 8, 4, 32).transpose(1, 2)
+        kh = k.view(2, 4, 4, 32).transpose(1, 2)
+        vh = v.view(2, 4, 4, 32).transpose(1, 2)
+        o = torch.nn.functional.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask)
+        return o.{tail}
+
+
+def get_inputs():
+    return [
+        torch.randn(2, 8, 128), torch.randn(2, 4, 128), torch.randn(2, 4, 128),
+        torch.ones(2, 1, 8, 4, dtype=torch.bool),
+    ]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+@pytest.mark.slow
+def test_only_a_transpose_back_merges_the_heads_and_a_row_with_no_key_is_zero(tmp_path):
+    """``o.reshape(B, S, H*D)`` without the transpose is no merge of the heads: the block ends at the attention.
+    With the merge, a query row whose mask keeps no key comes out 0, as SDPA gives, not 0/0."""
+    from .test_harvest import _import
+
+    for tail, last in (("reshape(2, 8, 128)", "scaled_dot_product_attention"),
+                       ("transpose(1, 2).reshape(2, 8, 128).contiguous()", "contiguous")):  # fmt: skip
+        model = tmp_path / f"{last}.py"
+        model.write_text(UNMERGED_ATTENTION.format(tail=tail))
+        out = tmp_path / last
+        problem = _attention_problem(harvest(model, out))
+        assert problem["ops"][-1] == last
+        assert _evaluate(out / problem["file"], out / problem["seed"]) == "ok"
+    reference, seed = _import(out / problem["file"]).Model(), _import(out / problem["seed"]).ModelNew()
+    q, k, v, _ = _import(out / problem["file"]).get_inputs()
+    mask = torch.ones(2, 1, 8, 4, dtype=torch.bool).tril(-4)  # the first four queries keep no key
+    want = reference(q, k, v, mask)
+    got = seed(q, k, v, mask)
+    assert not got.isnan().any() and float(got[:, :4].abs().max()) == 0.0
+    torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
