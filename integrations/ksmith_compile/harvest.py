@@ -60,9 +60,8 @@ class Harvested:
     """One written problem: its source, and where in the model the region occurs."""
 
     name: str
-    kind: (
-        str  # "fusible", "matmul", "matmuls" (projections of one input, maybe behind its norm) or "attention"
-    )
+    # "fusible", "matmul", "matmuls" (projections of one input, maybe behind its norm) or "attention"
+    kind: str
     source: str
     ops: list[str]
     inputs: list[dict[str, Any]]

@@ -112,9 +112,8 @@ def init_expr(value: torch.Tensor) -> str:
     if value.dtype == torch.bool:  # a mask: causal, as attention's is (random ones would mask whole rows)
         if value.dim() < 2:
             return f"torch.ones({shape}, dtype=torch.bool)"
-        past = max(
-            shape[-1] - shape[-2], 0
-        )  # keys before the queries (a KV cache): each query sees all of them
+        # Keys before the queries (a KV cache): each query sees all of them.
+        past = max(shape[-1] - shape[-2], 0)
         return f"torch.ones({shape}, dtype=torch.bool).tril({past if past else ''})"
     if value.dtype.is_floating_point:
         if value.dim() <= 1:
